@@ -1,0 +1,39 @@
+//! The `tenantplane.io/` keys that tie every host object back to the tenant object that caused it.
+//!
+//! Labels carry what must be selectable (and fits a label value: at most 63 characters);
+//! annotations carry the full identity. tenantplane alone writes these keys: a tenant object's own
+//! `tenantplane.io/` labels and annotations are stripped before placement, and the strip is
+//! recorded in the decision (see the core crate's mapping).
+
+/// Every key tenantplane writes starts with this prefix; tenant-supplied keys with it are stripped.
+pub const PREFIX: &str = "tenantplane.io/";
+
+/// Label: the Tenant that owns the host object.
+pub const TENANT: &str = "tenantplane.io/tenant";
+/// Label: namespace of the source object in the tenant control plane.
+pub const SOURCE_NAMESPACE: &str = "tenantplane.io/source-namespace";
+/// Label: uid of the source object in the tenant control plane.
+pub const SOURCE_UID: &str = "tenantplane.io/source-uid";
+/// Label: `tenantplane` on every object tenantplane manages (also `app.kubernetes.io/managed-by`).
+pub const MANAGED: &str = "tenantplane.io/managed";
+
+/// Annotation: apiVersion of the source object (`v1`, `networking.k8s.io/v1`).
+pub const SOURCE_API_VERSION: &str = "tenantplane.io/source-api-version";
+/// Annotation: kind of the source object.
+pub const SOURCE_KIND: &str = "tenantplane.io/source-kind";
+/// Annotation: full name of the source object (names can exceed a label value's 63 characters).
+pub const SOURCE_NAME: &str = "tenantplane.io/source-name";
+/// Annotation: the mapping scheme version that computed the host name.
+pub const MAPPING_VERSION: &str = "tenantplane.io/mapping-version";
+/// Annotation: id of the decision that last wrote the host object.
+pub const DECISION_ID: &str = "tenantplane.io/decision-id";
+
+/// The well-known label every Kubernetes tool understands.
+pub const MANAGED_BY: &str = "app.kubernetes.io/managed-by";
+/// Value of [`MANAGED_BY`] and [`MANAGED`].
+pub const MANAGER: &str = "tenantplane";
+
+/// True for a key tenantplane reserves for itself.
+pub fn is_reserved(key: &str) -> bool {
+    key.starts_with(PREFIX)
+}
