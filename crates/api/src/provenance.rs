@@ -14,7 +14,7 @@ pub const TENANT: &str = "tenantplane.io/tenant";
 pub const SOURCE_NAMESPACE: &str = "tenantplane.io/source-namespace";
 /// Label: uid of the source object in the tenant control plane.
 pub const SOURCE_UID: &str = "tenantplane.io/source-uid";
-/// Label: `tenantplane` on every object tenantplane manages (also `app.kubernetes.io/managed-by`).
+/// Label: `true` on every host object tenantplane manages.
 pub const MANAGED: &str = "tenantplane.io/managed";
 
 /// Annotation: apiVersion of the source object (`v1`, `networking.k8s.io/v1`).
@@ -27,11 +27,6 @@ pub const SOURCE_NAME: &str = "tenantplane.io/source-name";
 pub const MAPPING_VERSION: &str = "tenantplane.io/mapping-version";
 /// Annotation: id of the decision that last wrote the host object.
 pub const DECISION_ID: &str = "tenantplane.io/decision-id";
-
-/// The well-known label every Kubernetes tool understands.
-pub const MANAGED_BY: &str = "app.kubernetes.io/managed-by";
-/// Value of [`MANAGED_BY`] and [`MANAGED`].
-pub const MANAGER: &str = "tenantplane";
 
 /// True for a key tenantplane reserves for itself.
 pub fn is_reserved(key: &str) -> bool {

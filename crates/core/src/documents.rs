@@ -1,0 +1,202 @@
+//! Reading Kubernetes objects from text: multi-document YAML, JSON (one value, a stream of values,
+//! or an array), and `kind: List` wrappers, with errors that say which file, which document and
+//! which field. One bad document never hides the others.
+
+use std::fmt;
+
+use serde_json::Value;
+
+/// One object read from an input, with where it came from.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Document {
+    /// Where it came from.
+    pub origin: Origin,
+    /// The object.
+    pub value: Value,
+}
+
+/// The position of a document in the inputs: `file`, 1-based document index, and the item index
+/// when it came out of a `kind: List`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Origin {
+    /// File path, or `-` for standard input.
+    pub source: String,
+    /// 1-based document index within the file.
+    pub document: usize,
+    /// 0-based index within a `kind: List`'s items.
+    pub item: Option<usize>,
+}
+
+impl fmt::Display for Origin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} document {}", self.source, self.document)?;
+        if let Some(item) = self.item {
+            write!(f, " item {item}")?;
+        }
+        Ok(())
+    }
+}
+
+/// A document that could not be read.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{origin}: {field}{sep}{problem}", sep = if field.is_empty() { "" } else { ": " })]
+pub struct DocumentError {
+    /// Where.
+    pub origin: Origin,
+    /// The offending field (`""` when the document itself is malformed).
+    pub field: String,
+    /// What is wrong.
+    pub problem: String,
+}
+
+/// Reads every document of one input. Empty documents (comments only) are ignored.
+pub fn parse(source: &str, text: &str) -> Vec<Result<Document, DocumentError>> {
+    let trimmed = text.trim_start();
+    let raw: Vec<(usize, Result<Value, String>)> =
+        if trimmed.starts_with('{') || trimmed.starts_with('[') {
+            parse_json_stream(text)
+        } else {
+            split_yaml(text)
+                .into_iter()
+                .enumerate()
+                .filter_map(|(i, chunk)| {
+                    let value: Result<Option<Value>, String> =
+                        serde_norway::from_str(chunk).map_err(|e| e.to_string());
+                    match value {
+                        Ok(None) | Ok(Some(Value::Null)) => None,
+                        Ok(Some(v)) => Some((i + 1, Ok(v))),
+                        Err(e) => Some((i + 1, Err(e))),
+                    }
+                })
+                .collect()
+        };
+    let mut out = Vec::with_capacity(raw.len());
+    for (document, value) in raw {
+        let origin = Origin {
+            source: source.to_string(),
+            document,
+            item: None,
+        };
+        match value {
+            Err(problem) => out.push(Err(DocumentError {
+                origin,
+                field: String::new(),
+                problem,
+            })),
+            Ok(Value::Array(items)) => expand(&mut out, origin, items),
+            Ok(v) if is_list(&v) => match v {
+                Value::Object(mut map) => match map.remove("items") {
+                    Some(Value::Array(items)) => expand(&mut out, origin, items),
+                    Some(Value::Null) | None => {}
+                    Some(_) => out.push(Err(DocumentError {
+                        origin,
+                        field: "items".into(),
+                        problem: "a List's items must be a list".into(),
+                    })),
+                },
+                _ => unreachable!("is_list only accepts objects"),
+            },
+            Ok(v) => out.push(Ok(Document { origin, value: v })),
+        }
+    }
+    out
+}
+
+fn expand(out: &mut Vec<Result<Document, DocumentError>>, origin: Origin, items: Vec<Value>) {
+    for (i, value) in items.into_iter().enumerate() {
+        out.push(Ok(Document {
+            origin: Origin {
+                item: Some(i),
+                ..origin.clone()
+            },
+            value,
+        }));
+    }
+}
+
+fn is_list(v: &Value) -> bool {
+    v.get("kind")
+        .and_then(Value::as_str)
+        .is_some_and(|k| k == "List" || k.ends_with("List"))
+        && v.get("items").is_some()
+}
+
+/// Splits a YAML stream at `---` document markers, so that a syntax error in one document does
+/// not stop the others from being read.
+fn split_yaml(text: &str) -> Vec<&str> {
+    let mut docs = Vec::new();
+    let mut start = 0;
+    let mut offset = 0;
+    for line in text.split_inclusive('\n') {
+        let bare = line.trim_end();
+        let is_marker = bare == "---" || bare.starts_with("--- ") || bare == "...";
+        if is_marker {
+            if offset > start || !docs.is_empty() {
+                docs.push(&text[start..offset]);
+            }
+            start = offset + line.len();
+        }
+        offset += line.len();
+    }
+    if start < text.len() {
+        docs.push(&text[start..]);
+    }
+    docs
+}
+
+fn parse_json_stream(text: &str) -> Vec<(usize, Result<Value, String>)> {
+    let mut out = Vec::new();
+    let mut stream = serde_json::Deserializer::from_str(text).into_iter::<Value>();
+    let mut document = 0;
+    loop {
+        document += 1;
+        match stream.next() {
+            None => break,
+            Some(Ok(v)) => out.push((document, Ok(v))),
+            Some(Err(e)) => {
+                // A JSON syntax error leaves the stream at an unknown position: report it and stop.
+                out.push((document, Err(e.to_string())));
+                break;
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn multi_document_yaml_with_a_broken_document_in_the_middle() {
+        let text = "a: 1\n---\nb: [unclosed\n---\n# only a comment\n---\nkind: List\nitems:\n- c: 3\n- d: 4\n";
+        let docs = parse("in.yaml", text);
+        assert_eq!(docs.len(), 4, "{docs:?}");
+        assert!(docs[0].is_ok());
+        let err = docs[1].as_ref().unwrap_err();
+        assert_eq!(err.origin.document, 2);
+        assert!(err.to_string().starts_with("in.yaml document 2: "), "{err}");
+        let item = docs[3].as_ref().unwrap();
+        assert_eq!(item.origin.to_string(), "in.yaml document 4 item 1");
+        assert_eq!(item.value["d"], 4);
+    }
+
+    #[test]
+    fn json_streams_and_arrays() {
+        let docs = parse("-", "{\"a\":1}\n{\"b\":2}");
+        assert_eq!(docs.len(), 2);
+        let docs = parse("-", "[{\"a\":1},{\"b\":2}]");
+        assert_eq!(docs[1].as_ref().unwrap().origin.item, Some(1));
+    }
+
+    #[test]
+    fn a_leading_marker_does_not_count_as_a_document() {
+        let docs = parse("f", "---\na: 1\n---\nb: 2\n");
+        assert_eq!(
+            docs.iter()
+                .map(|d| d.as_ref().unwrap().origin.document)
+                .collect::<Vec<_>>(),
+            vec![1, 2]
+        );
+    }
+}

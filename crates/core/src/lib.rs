@@ -1,0 +1,31 @@
+//! The pure core of tenantplane: everything that decides, nothing that talks.
+//!
+//! ```text
+//!  tenant object ──▶ policy::CompiledPolicy::evaluate ──▶ Verdict (Sync | Skip | Reject, rule, reason)
+//!        │                                                   │
+//!        └──────▶ mapping::place ──▶ Placement ──▶ collision::check(existing host object)
+//!                                                            │
+//!                        planner::Planner::plan ◀────────────┘──▶ Plan ──▶ decision::Decision
+//! ```
+//!
+//! No Kubernetes client, no gRPC, no async I/O: `tenantplane explain-sync`, the planner service
+//! and the syncer all call these functions, so an offline prediction is the same computation the
+//! syncer performs against live clusters.
+
+pub mod collision;
+pub mod decision;
+pub mod documents;
+pub mod mapping;
+pub mod object;
+pub mod planner;
+pub mod policy;
+
+pub use collision::Collision;
+pub use decision::{Decision, Outcome};
+pub use mapping::{MAPPING_VERSION, Placement};
+pub use object::{ObjectError, SourceIdentity, TenantObject};
+pub use planner::{Plan, Planner};
+pub use policy::{CompiledPolicy, PolicyError, Verdict};
+
+/// Version of this core, recorded in decisions as the acting component's version.
+pub const ENGINE_VERSION: &str = env!("CARGO_PKG_VERSION");

@@ -1,0 +1,440 @@
+//! The deterministic mapping from a tenant object to its place in the host cluster.
+//!
+//! Scheme `v1`, computable by hand:
+//!
+//! * host namespace: the Tenant's `spec.hostNamespace`, default `tenant-<tenant name>`;
+//! * host name: `<name>-x-<namespace>` when that is a valid name for the kind;
+//! * otherwise (too long, or characters the kind does not allow): a readable prefix, `-`, and
+//!   the first 10 characters of the lowercase base32 SHA-256 of the full source identity
+//!   `<tenant>/<group>/<kind>/<namespace>/<name>`, cut to the kind's limit.
+//!
+//! Services and Endpoints (whose name must equal its Service's) are DNS-1035 labels of at most
+//! 63 characters; every other kind is a DNS-1123 subdomain of at most 253.
+//!
+//! Readable names can collide by construction (`a-x-b` in `c` and `a` in `b-x-c` both map to
+//! `a-x-b-x-c`); [`crate::collision::check`] detects that and the decision refuses it.
+//!
+//! The host object keeps the tenant's labels and annotations except the reserved
+//! `tenantplane.io/` keys, which are stripped (and listed in the decision) so that a tenant cannot
+//! forge provenance; tenantplane then writes its own provenance keys.
+
+use std::collections::BTreeMap;
+
+use data_encoding::BASE32_NOPAD;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use tenantplane_api::{Tenant, provenance};
+
+use crate::object::{SourceIdentity, TenantObject};
+
+/// Version of the mapping scheme, recorded on every host object.
+pub const MAPPING_VERSION: &str = "v1";
+
+/// Separator between the name and the namespace in readable host names.
+pub const SEPARATOR: &str = "-x-";
+
+/// Length of the hash suffix in hashed names.
+const HASH_LEN: usize = 10;
+
+/// Which Kubernetes name syntax a kind's names must follow.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum NameSyntax {
+    /// DNS-1035 label: `[a-z]([-a-z0-9]*[a-z0-9])?`, at most 63 characters.
+    Dns1035Label,
+    /// DNS-1123 subdomain: dot-separated DNS-1123 labels, at most 253 characters.
+    Dns1123Subdomain,
+}
+
+impl NameSyntax {
+    /// The syntax a kind's object names follow.
+    pub fn for_kind(group: &str, kind: &str) -> NameSyntax {
+        match (group, kind) {
+            ("", "Service") | ("", "Endpoints") => NameSyntax::Dns1035Label,
+            _ => NameSyntax::Dns1123Subdomain,
+        }
+    }
+
+    /// The longest valid name.
+    pub fn max_len(self) -> usize {
+        match self {
+            NameSyntax::Dns1035Label => 63,
+            NameSyntax::Dns1123Subdomain => 253,
+        }
+    }
+
+    /// Whether `name` is a valid name under this syntax.
+    pub fn is_valid(self, name: &str) -> bool {
+        if name.is_empty() || name.len() > self.max_len() {
+            return false;
+        }
+        match self {
+            NameSyntax::Dns1035Label => {
+                is_dns_label(name) && name.as_bytes()[0].is_ascii_lowercase()
+            }
+            NameSyntax::Dns1123Subdomain => name.split('.').all(is_dns_label),
+        }
+    }
+}
+
+/// DNS-1123 label without the length limit: `[a-z0-9]([-a-z0-9]*[a-z0-9])?`.
+fn is_dns_label(s: &str) -> bool {
+    let b = s.as_bytes();
+    !b.is_empty()
+        && b.iter()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+        && b[0] != b'-'
+        && b[b.len() - 1] != b'-'
+}
+
+/// How the host name was formed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum HostNameForm {
+    /// `<name>-x-<namespace>`.
+    Readable,
+    /// Readable prefix plus a hash of the full source identity.
+    Hashed,
+}
+
+/// Where a tenant object lands in the host cluster, and the metadata that says where it came from.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Placement {
+    /// apiVersion of the host object (the same as the source's).
+    pub api_version: String,
+    /// Kind of the host object (the same as the source's).
+    pub kind: String,
+    /// Host namespace (the tenant's).
+    pub namespace: String,
+    /// Host name.
+    pub name: String,
+    /// How the name was formed.
+    pub name_form: HostNameForm,
+    /// Labels of the host object: the tenant's, minus reserved keys, plus provenance.
+    pub labels: BTreeMap<String, String>,
+    /// Annotations of the host object: the tenant's, minus reserved keys, plus provenance
+    /// (without the decision id, which the decision that writes the object adds).
+    pub annotations: BTreeMap<String, String>,
+    /// Reserved `tenantplane.io/` keys the tenant object carried, stripped from the host object.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stripped_keys: Vec<String>,
+}
+
+/// The part of a Tenant the mapping needs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TenantPlacement {
+    /// Tenant name.
+    pub tenant: String,
+    /// Host namespace of every object of the tenant.
+    pub host_namespace: String,
+}
+
+impl From<&Tenant> for TenantPlacement {
+    fn from(tenant: &Tenant) -> Self {
+        TenantPlacement {
+            tenant: tenant.name().to_string(),
+            host_namespace: tenant.host_namespace(),
+        }
+    }
+}
+
+/// The host name of a source object in a tenant (also used to rewrite references between objects:
+/// a Pod's ConfigMap reference maps through the same function).
+pub fn host_name(
+    tenant: &str,
+    group: &str,
+    kind: &str,
+    namespace: &str,
+    name: &str,
+) -> (String, HostNameForm) {
+    let syntax = NameSyntax::for_kind(group, kind);
+    let readable = format!("{name}{SEPARATOR}{namespace}");
+    if syntax.is_valid(&readable) {
+        return (readable, HostNameForm::Readable);
+    }
+    let hash = identity_hash(tenant, group, kind, namespace, name);
+    let budget = syntax.max_len() - HASH_LEN - 1;
+    let mut prefix = sanitize(&readable, budget);
+    if syntax == NameSyntax::Dns1035Label && !prefix.starts_with(|c: char| c.is_ascii_lowercase()) {
+        prefix.insert(0, 'x');
+        prefix.truncate(budget);
+        trim_trailing_dashes(&mut prefix);
+    }
+    let name = if prefix.is_empty() {
+        // Only reachable for Dns1123Subdomain with a name of no usable characters; the hash
+        // alphabet (a-z, 2-7) always starts a valid subdomain.
+        hash
+    } else {
+        format!("{prefix}-{hash}")
+    };
+    (name, HostNameForm::Hashed)
+}
+
+/// Lowercase, `[a-z0-9-]` only, no leading, trailing or doubled dashes, at most `max` characters.
+fn sanitize(readable: &str, max: usize) -> String {
+    let mut out = String::with_capacity(max);
+    for c in readable.chars() {
+        let c = c.to_ascii_lowercase();
+        let c = if c.is_ascii_lowercase() || c.is_ascii_digit() {
+            c
+        } else {
+            '-'
+        };
+        if c == '-' && (out.is_empty() || out.ends_with('-')) {
+            continue;
+        }
+        if out.len() == max {
+            break;
+        }
+        out.push(c);
+    }
+    trim_trailing_dashes(&mut out);
+    out
+}
+
+fn trim_trailing_dashes(s: &mut String) {
+    while s.ends_with('-') {
+        s.pop();
+    }
+}
+
+/// First [`HASH_LEN`] characters of base32(sha256(tenant/group/kind/namespace/name)), lowercase.
+fn identity_hash(tenant: &str, group: &str, kind: &str, namespace: &str, name: &str) -> String {
+    let mut hasher = Sha256::new();
+    for (i, part) in [tenant, group, kind, namespace, name].iter().enumerate() {
+        if i > 0 {
+            hasher.update(b"/");
+        }
+        hasher.update(part.as_bytes());
+    }
+    let mut encoded = BASE32_NOPAD.encode(&hasher.finalize());
+    encoded.truncate(HASH_LEN);
+    encoded.make_ascii_lowercase();
+    encoded
+}
+
+/// Places a tenant object in the host cluster.
+pub fn place(tenant: &TenantPlacement, object: &TenantObject) -> Placement {
+    let id = &object.identity;
+    let (name, name_form) = host_name(
+        &tenant.tenant,
+        id.group(),
+        &id.kind,
+        &id.namespace,
+        &id.name,
+    );
+
+    let mut stripped_keys = Vec::new();
+    let mut labels = BTreeMap::new();
+    for (k, v) in object.labels() {
+        if provenance::is_reserved(k) {
+            stripped_keys.push(format!("label {k}"));
+        } else {
+            labels.insert(k.to_string(), v.to_string());
+        }
+    }
+    let mut annotations = BTreeMap::new();
+    for (k, v) in object.annotations() {
+        if provenance::is_reserved(k) {
+            stripped_keys.push(format!("annotation {k}"));
+        } else {
+            annotations.insert(k.to_string(), v.to_string());
+        }
+    }
+    labels.insert(provenance::MANAGED.into(), "true".into());
+    labels.insert(provenance::TENANT.into(), tenant.tenant.clone());
+    labels.insert(provenance::SOURCE_NAMESPACE.into(), id.namespace.clone());
+    if !id.uid.is_empty() {
+        labels.insert(provenance::SOURCE_UID.into(), id.uid.clone());
+    }
+    annotations.insert(
+        provenance::SOURCE_API_VERSION.into(),
+        id.api_version.clone(),
+    );
+    annotations.insert(provenance::SOURCE_KIND.into(), id.kind.clone());
+    annotations.insert(provenance::SOURCE_NAME.into(), id.name.clone());
+    annotations.insert(provenance::MAPPING_VERSION.into(), MAPPING_VERSION.into());
+
+    Placement {
+        api_version: id.api_version.clone(),
+        kind: id.kind.clone(),
+        namespace: tenant.host_namespace.clone(),
+        name,
+        name_form,
+        labels,
+        annotations,
+        stripped_keys,
+    }
+}
+
+/// Provenance read back from a host object's metadata.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Provenance {
+    /// Tenant that owns the host object.
+    pub tenant: String,
+    /// The tenant object it came from.
+    pub source: SourceIdentity,
+    /// Mapping scheme version that placed it.
+    pub mapping_version: String,
+    /// Decision that last wrote it, when recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decision_id: Option<String>,
+}
+
+/// Why a host object's metadata does not name a tenantplane source.
+#[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
+pub enum ProvenanceError {
+    /// The object carries no tenantplane provenance at all: not ours.
+    #[error(
+        "the host object carries no tenantplane.io/ provenance: it was not created by tenantplane"
+    )]
+    NotManaged,
+    /// Some provenance keys are present but one is missing: altered by hand.
+    #[error("the host object's provenance is incomplete: {key} is missing")]
+    Incomplete {
+        /// The missing key.
+        key: &'static str,
+    },
+}
+
+/// Reads the source identity back from a host object's labels and annotations.
+pub fn provenance(
+    labels: &BTreeMap<String, String>,
+    annotations: &BTreeMap<String, String>,
+) -> Result<Provenance, ProvenanceError> {
+    let any = labels
+        .keys()
+        .chain(annotations.keys())
+        .any(|k| provenance::is_reserved(k));
+    if !any {
+        return Err(ProvenanceError::NotManaged);
+    }
+    let label = |key: &'static str| {
+        labels
+            .get(key)
+            .cloned()
+            .ok_or(ProvenanceError::Incomplete { key })
+    };
+    let annotation = |key: &'static str| {
+        annotations
+            .get(key)
+            .cloned()
+            .ok_or(ProvenanceError::Incomplete { key })
+    };
+    Ok(Provenance {
+        tenant: label(provenance::TENANT)?,
+        source: SourceIdentity {
+            api_version: annotation(provenance::SOURCE_API_VERSION)?,
+            kind: annotation(provenance::SOURCE_KIND)?,
+            namespace: label(provenance::SOURCE_NAMESPACE)?,
+            name: annotation(provenance::SOURCE_NAME)?,
+            uid: labels
+                .get(provenance::SOURCE_UID)
+                .cloned()
+                .unwrap_or_default(),
+        },
+        mapping_version: annotation(provenance::MAPPING_VERSION)?,
+        decision_id: annotations.get(provenance::DECISION_ID).cloned(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn tenant() -> TenantPlacement {
+        TenantPlacement {
+            tenant: "acme".into(),
+            host_namespace: "tenant-acme".into(),
+        }
+    }
+
+    fn obj(v: serde_json::Value) -> TenantObject {
+        TenantObject::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn ordinary_names_are_readable() {
+        let p = place(
+            &tenant(),
+            &obj(json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "app.config", "namespace": "web"}})),
+        );
+        assert_eq!(p.namespace, "tenant-acme");
+        assert_eq!(p.name, "app.config-x-web");
+        assert_eq!(p.name_form, HostNameForm::Readable);
+    }
+
+    #[test]
+    fn a_service_name_past_63_is_hashed_but_a_configmap_of_the_same_name_is_not() {
+        let name = "a".repeat(60);
+        let (svc, form) = host_name("acme", "", "Service", "prod", &name);
+        assert_eq!(form, HostNameForm::Hashed);
+        assert_eq!(svc.len(), 63);
+        assert!(svc.starts_with("aaaa"));
+        let (cm, form) = host_name("acme", "", "ConfigMap", "prod", &name);
+        assert_eq!(form, HostNameForm::Readable);
+        assert_eq!(cm, format!("{name}-x-prod"));
+    }
+
+    #[test]
+    fn a_dotted_service_name_is_hashed_because_labels_have_no_dots() {
+        let (svc, form) = host_name("acme", "", "Endpoints", "prod", "web");
+        assert_eq!((svc.as_str(), form), ("web-x-prod", HostNameForm::Readable));
+        let (svc, form) = host_name("acme", "", "Service", "prod", "web.v2");
+        assert_eq!(form, HostNameForm::Hashed);
+        assert!(NameSyntax::Dns1035Label.is_valid(&svc), "{svc}");
+    }
+
+    #[test]
+    fn hashes_depend_on_the_tenant() {
+        let long = "b".repeat(300);
+        assert_ne!(
+            host_name("acme", "", "Pod", "x", &long).0,
+            host_name("other", "", "Pod", "x", &long).0
+        );
+    }
+
+    #[test]
+    fn reserved_keys_are_stripped_and_provenance_round_trips() {
+        let p = place(
+            &tenant(),
+            &obj(json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "web", "namespace": "prod", "uid": "u-1",
+              "labels": {"app": "web", "tenantplane.io/tenant": "victim"},
+              "annotations": {"tenantplane.io/source-name": "forged", "note": "kept"}}})),
+        );
+        assert_eq!(p.labels["tenantplane.io/tenant"], "acme");
+        assert_eq!(p.labels["app"], "web");
+        assert_eq!(p.annotations["note"], "kept");
+        assert_eq!(
+            p.stripped_keys,
+            vec![
+                "label tenantplane.io/tenant".to_string(),
+                "annotation tenantplane.io/source-name".to_string(),
+            ]
+        );
+        let back = provenance(&p.labels, &p.annotations).unwrap();
+        assert_eq!(back.tenant, "acme");
+        assert_eq!(back.source.to_string(), "Pod/prod/web");
+        assert_eq!(back.source.uid, "u-1");
+    }
+
+    #[test]
+    fn foreign_metadata_has_no_provenance() {
+        let labels = BTreeMap::from([("app".to_string(), "x".to_string())]);
+        assert_eq!(
+            provenance(&labels, &BTreeMap::new()),
+            Err(ProvenanceError::NotManaged)
+        );
+        let labels = BTreeMap::from([(provenance::TENANT.to_string(), "acme".to_string())]);
+        assert_eq!(
+            provenance(&labels, &BTreeMap::new()),
+            Err(ProvenanceError::Incomplete {
+                key: provenance::SOURCE_API_VERSION
+            })
+        );
+    }
+}

@@ -1,0 +1,165 @@
+//! The shipped default SyncPolicy: every host-escape classic is rejected with its own rule and
+//! offending field, ordinary workloads are synced, and anything else is skipped.
+
+use serde_json::{Value, json};
+use tenantplane_api::SyncAction;
+use tenantplane_core::{CompiledPolicy, TenantObject};
+
+fn pod(spec: Value) -> TenantObject {
+    TenantObject::from_value(json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "p", "namespace": "team"}, "spec": spec}))
+    .unwrap()
+}
+
+fn container(security_context: Value) -> Value {
+    json!({"name": "app", "image": "nginx", "securityContext": security_context})
+}
+
+#[track_caller]
+fn rejected_by(object: &TenantObject, rule: &str, field: &str) {
+    let v = CompiledPolicy::builtin_default().evaluate(object);
+    assert_eq!(v.action, SyncAction::Reject, "{v:?}");
+    assert_eq!(v.rule.as_deref(), Some(rule), "{v:?}");
+    assert_eq!(v.field_path.as_deref(), Some(field));
+    assert_eq!(v.policy, "tenantplane-default");
+    assert!(v.policy_revision.starts_with("sha256:"));
+}
+
+#[test]
+fn host_namespaces_are_rejected() {
+    let c = json!([{"name": "app", "image": "nginx"}]);
+    rejected_by(
+        &pod(json!({"hostNetwork": true, "containers": c})),
+        "no-host-network",
+        "spec.hostNetwork",
+    );
+    rejected_by(
+        &pod(json!({"hostPID": true, "containers": c})),
+        "no-host-pid",
+        "spec.hostPID",
+    );
+    rejected_by(
+        &pod(json!({"hostIPC": true, "containers": c})),
+        "no-host-ipc",
+        "spec.hostIPC",
+    );
+    rejected_by(
+        &pod(json!({"containers": c, "volumes": [{"name": "root", "hostPath": {"path": "/"}}]})),
+        "no-host-path-volumes",
+        "spec.volumes[].hostPath",
+    );
+}
+
+#[test]
+fn dangerous_security_contexts_are_rejected_in_any_container_list() {
+    rejected_by(
+        &pod(json!({"containers": [container(json!({"privileged": true}))]})),
+        "no-privileged-containers",
+        "spec.containers[].securityContext.privileged",
+    );
+    rejected_by(
+        &pod(json!({"containers": [{"name": "a", "image": "x"}],
+            "initContainers": [container(json!({"allowPrivilegeEscalation": true}))]})),
+        "no-privilege-escalation",
+        "spec.containers[].securityContext.allowPrivilegeEscalation",
+    );
+    rejected_by(
+        &pod(json!({"containers": [container(json!({"capabilities": {"add": ["NET_ADMIN"]}}))]})),
+        "no-added-capabilities",
+        "spec.containers[].securityContext.capabilities.add",
+    );
+    rejected_by(
+        &pod(
+            json!({"containers": [{"name": "a", "image": "x", "ports": [{"containerPort": 80, "hostPort": 80}]}]}),
+        ),
+        "no-host-ports",
+        "spec.containers[].ports[].hostPort",
+    );
+}
+
+#[test]
+fn node_port_and_load_balancer_services_are_rejected_cluster_ip_synced() {
+    let svc = |t: &str| {
+        TenantObject::from_value(json!({"apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": "s"}, "spec": {"type": t}}))
+        .unwrap()
+    };
+    rejected_by(&svc("NodePort"), "no-node-port-services", "spec.type");
+    rejected_by(&svc("LoadBalancer"), "no-node-port-services", "spec.type");
+    let v = CompiledPolicy::builtin_default().evaluate(&svc("ClusterIP"));
+    assert_eq!(
+        (v.action, v.rule.as_deref()),
+        (SyncAction::Sync, Some("sync-workloads"))
+    );
+}
+
+#[test]
+fn hardened_pods_sync_and_other_kinds_skip() {
+    let policy = CompiledPolicy::builtin_default();
+    let v = policy.evaluate(&pod(json!({"containers": [container(json!({
+        "privileged": false, "allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}}))]})));
+    assert_eq!(v.action, SyncAction::Sync, "{v:?}");
+    let deployment =
+        TenantObject::from_value(json!({"apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "d"}}))
+        .unwrap();
+    let v = policy.evaluate(&deployment);
+    assert_eq!(
+        (v.action, v.rule, v.reason.as_str()),
+        (SyncAction::Skip, None, "NotSyncedByPolicy")
+    );
+}
+
+#[test]
+fn a_condition_that_cannot_be_evaluated_fails_closed() {
+    // A pod has no spec.replicas: the condition errors instead of answering, so the rule refuses.
+    let policy = CompiledPolicy::from_yaml(
+        r#"
+metadata: {name: p}
+spec:
+  rules:
+    - name: typed
+      match: {kinds: [Pod], conditions: [{name: c, expression: "object.spec.replicas > 1"}]}
+      action: Sync
+      reason: Ok
+  default: {action: Skip, reason: Default}
+"#,
+    )
+    .unwrap();
+    let v = policy.evaluate(&pod(json!({"containers": []})));
+    assert_eq!(
+        (v.action, v.reason.as_str()),
+        (SyncAction::Reject, "PolicyEvaluationError"),
+        "{v:?}"
+    );
+}
+
+#[test]
+fn invalid_policies_name_the_field() {
+    let err = CompiledPolicy::from_yaml(
+        r#"
+metadata: {name: p}
+spec:
+  rules:
+    - {name: a, action: Sync, reason: Ok}
+    - name: b
+      match: {conditions: [{name: c, expression: "object.spec.(("}]}
+      action: Sync
+      reason: Ok
+  default: {action: Skip, reason: Default}
+"#,
+    )
+    .unwrap_err();
+    assert_eq!(err.field(), "spec.rules[1].match.conditions[0].expression");
+    let err = CompiledPolicy::from_yaml(
+        "metadata: {name: p}\nspec:\n  rules:\n  - {name: a, action: Reject, reason: No}\n  default: {action: Skip, reason: D}\n",
+    )
+    .unwrap_err();
+    assert_eq!(err.field(), "spec.rules[0].fieldPath");
+}
+
+#[test]
+fn the_planner_can_be_shared_between_threads() {
+    fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<tenantplane_core::Planner>();
+}
