@@ -1,0 +1,38 @@
+//! `tenantplane`: the command line of tenantplane.
+//!
+//! Each subcommand lives in its own module under `commands/` and calls the same core crates the
+//! services run, so that what the CLI predicts is what the syncer does.
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+mod commands;
+
+/// tenantplane: auditable multi-tenancy for Kubernetes.
+#[derive(Debug, Parser)]
+#[command(name = "tenantplane", version, about, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Print the CustomResourceDefinitions of Tenant, SyncPolicy and IsolationProfile.
+    Crds(commands::crds::Args),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Crds(args) => commands::crds::run(&args),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
