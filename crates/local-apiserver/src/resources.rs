@@ -1,0 +1,636 @@
+//! The resource table: which kinds the server serves, under which group,
+//! version and plural, and whether they are namespaced or have a status
+//! subresource. A static table of built-ins is extended at run time by
+//! CustomResourceDefinitions. The table drives routing and discovery
+//! (`/api`, `/apis`, group and group/version resource lists).
+
+use serde_json::{Value, json};
+
+/// How objects of a resource are stored: group and plural, version-independent.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct StorageKey {
+    pub group: String,
+    pub plural: String,
+}
+
+/// One served resource at one group/version.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResourceType {
+    pub group: String,
+    pub version: String,
+    pub plural: String,
+    pub singular: String,
+    pub kind: String,
+    pub namespaced: bool,
+    pub short_names: Vec<String>,
+    pub has_status: bool,
+    /// Served by a CustomResourceDefinition (JSON-only patches, no strategic merge).
+    pub custom: bool,
+}
+
+const VERBS: [&str; 8] = [
+    "create",
+    "delete",
+    "deletecollection",
+    "get",
+    "list",
+    "patch",
+    "update",
+    "watch",
+];
+
+impl ResourceType {
+    /// `v1` for the core group, `group/version` otherwise.
+    pub fn api_version(&self) -> String {
+        if self.group.is_empty() {
+            self.version.clone()
+        } else {
+            format!("{}/{}", self.group, self.version)
+        }
+    }
+
+    /// The key objects are stored under, shared by every served version.
+    pub fn storage_key(&self) -> StorageKey {
+        StorageKey {
+            group: self.group.clone(),
+            plural: self.plural.clone(),
+        }
+    }
+
+    fn discovery_entries(&self) -> Vec<Value> {
+        let mut entries = vec![json!({
+            "name": self.plural,
+            "singularName": self.singular,
+            "namespaced": self.namespaced,
+            "kind": self.kind,
+            "verbs": VERBS,
+            "shortNames": self.short_names,
+        })];
+        if self.has_status {
+            entries.push(json!({
+                "name": format!("{}/status", self.plural),
+                "singularName": "",
+                "namespaced": self.namespaced,
+                "kind": self.kind,
+                "verbs": ["get", "patch", "update"],
+            }));
+        }
+        entries
+    }
+}
+
+/// (group, version, plural, singular, kind, namespaced, short names, status subresource)
+type BuiltinRow = (
+    &'static str,
+    &'static str,
+    &'static str,
+    &'static str,
+    &'static str,
+    bool,
+    &'static [&'static str],
+    bool,
+);
+
+const BUILTINS: &[BuiltinRow] = &[
+    (
+        "",
+        "v1",
+        "namespaces",
+        "namespace",
+        "Namespace",
+        false,
+        &["ns"],
+        true,
+    ),
+    ("", "v1", "pods", "pod", "Pod", true, &["po"], true),
+    (
+        "",
+        "v1",
+        "services",
+        "service",
+        "Service",
+        true,
+        &["svc"],
+        true,
+    ),
+    (
+        "",
+        "v1",
+        "endpoints",
+        "endpoints",
+        "Endpoints",
+        true,
+        &["ep"],
+        false,
+    ),
+    (
+        "",
+        "v1",
+        "configmaps",
+        "configmap",
+        "ConfigMap",
+        true,
+        &["cm"],
+        false,
+    ),
+    ("", "v1", "secrets", "secret", "Secret", true, &[], false),
+    (
+        "",
+        "v1",
+        "persistentvolumeclaims",
+        "persistentvolumeclaim",
+        "PersistentVolumeClaim",
+        true,
+        &["pvc"],
+        true,
+    ),
+    (
+        "",
+        "v1",
+        "serviceaccounts",
+        "serviceaccount",
+        "ServiceAccount",
+        true,
+        &["sa"],
+        false,
+    ),
+    ("", "v1", "events", "event", "Event", true, &["ev"], false),
+    (
+        "",
+        "v1",
+        "resourcequotas",
+        "resourcequota",
+        "ResourceQuota",
+        true,
+        &["quota"],
+        true,
+    ),
+    (
+        "",
+        "v1",
+        "limitranges",
+        "limitrange",
+        "LimitRange",
+        true,
+        &["limits"],
+        false,
+    ),
+    (
+        "events.k8s.io",
+        "v1",
+        "events",
+        "event",
+        "Event",
+        true,
+        &["ev"],
+        false,
+    ),
+    (
+        "networking.k8s.io",
+        "v1",
+        "ingresses",
+        "ingress",
+        "Ingress",
+        true,
+        &["ing"],
+        true,
+    ),
+    (
+        "networking.k8s.io",
+        "v1",
+        "networkpolicies",
+        "networkpolicy",
+        "NetworkPolicy",
+        true,
+        &["netpol"],
+        false,
+    ),
+    (
+        "node.k8s.io",
+        "v1",
+        "runtimeclasses",
+        "runtimeclass",
+        "RuntimeClass",
+        false,
+        &[],
+        false,
+    ),
+    (
+        "coordination.k8s.io",
+        "v1",
+        "leases",
+        "lease",
+        "Lease",
+        true,
+        &[],
+        false,
+    ),
+    (
+        "admissionregistration.k8s.io",
+        "v1",
+        "validatingadmissionpolicies",
+        "validatingadmissionpolicy",
+        "ValidatingAdmissionPolicy",
+        false,
+        &[],
+        true,
+    ),
+    (
+        "admissionregistration.k8s.io",
+        "v1",
+        "validatingadmissionpolicybindings",
+        "validatingadmissionpolicybinding",
+        "ValidatingAdmissionPolicyBinding",
+        false,
+        &[],
+        false,
+    ),
+    (
+        "apiextensions.k8s.io",
+        "v1",
+        "customresourcedefinitions",
+        "customresourcedefinition",
+        "CustomResourceDefinition",
+        false,
+        &["crd", "crds"],
+        true,
+    ),
+];
+
+/// Group and plural of the CustomResourceDefinition resource itself.
+pub const CRD_GROUP: &str = "apiextensions.k8s.io";
+pub const CRD_PLURAL: &str = "customresourcedefinitions";
+
+/// All served resources: the built-ins plus those CRDs add.
+#[derive(Debug, Clone)]
+pub struct Registry {
+    types: Vec<ResourceType>,
+}
+
+impl Default for Registry {
+    fn default() -> Self {
+        let types = BUILTINS
+            .iter()
+            .map(
+                |&(group, version, plural, singular, kind, namespaced, short, has_status)| {
+                    ResourceType {
+                        group: group.into(),
+                        version: version.into(),
+                        plural: plural.into(),
+                        singular: singular.into(),
+                        kind: kind.into(),
+                        namespaced,
+                        short_names: short.iter().map(|s| s.to_string()).collect(),
+                        has_status,
+                        custom: false,
+                    }
+                },
+            )
+            .collect();
+        Self { types }
+    }
+}
+
+impl Registry {
+    /// The resource served at `group/version/plural`.
+    pub fn find(&self, group: &str, version: &str, plural: &str) -> Option<&ResourceType> {
+        self.types
+            .iter()
+            .find(|t| t.group == group && t.version == version && t.plural == plural)
+    }
+
+    /// Whether a group/version is served at all.
+    pub fn serves_group_version(&self, group: &str, version: &str) -> bool {
+        self.types
+            .iter()
+            .any(|t| t.group == group && t.version == version)
+    }
+
+    /// Every namespaced stored resource (namespace deletion empties them all).
+    pub fn namespaced_storage_keys(&self) -> Vec<StorageKey> {
+        let mut keys: Vec<StorageKey> = self
+            .types
+            .iter()
+            .filter(|t| t.namespaced)
+            .map(ResourceType::storage_key)
+            .collect();
+        keys.sort();
+        keys.dedup();
+        keys
+    }
+
+    /// Adds the resources a CRD serves, replacing any earlier registration of
+    /// the same group and plural. Returns an error message for an invalid CRD.
+    pub fn register_crd(&mut self, crd: &Value) -> Result<(), String> {
+        let types = crd_resource_types(crd)?;
+        for t in &types {
+            if let Some(existing) = self
+                .types
+                .iter()
+                .find(|e| !e.custom && e.group == t.group && e.plural == t.plural)
+            {
+                return Err(format!(
+                    "{}.{} is a built-in resource",
+                    existing.plural, existing.group
+                ));
+            }
+        }
+        if let Some(first) = types.first() {
+            let key = first.storage_key();
+            self.types.retain(|t| !(t.custom && t.storage_key() == key));
+        }
+        self.types.extend(types);
+        Ok(())
+    }
+
+    /// Removes the resources a CRD served.
+    pub fn unregister_crd(&mut self, key: &StorageKey) {
+        self.types
+            .retain(|t| !(t.custom && t.storage_key() == *key));
+    }
+
+    /// `GET /api`.
+    pub fn core_versions(&self) -> Value {
+        json!({
+            "kind": "APIVersions",
+            "versions": ["v1"],
+            "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": "127.0.0.1"}],
+        })
+    }
+
+    fn groups(&self) -> Vec<(String, Vec<String>)> {
+        let mut groups: Vec<(String, Vec<String>)> = Vec::new();
+        for t in self.types.iter().filter(|t| !t.group.is_empty()) {
+            match groups.iter_mut().find(|(g, _)| *g == t.group) {
+                Some((_, versions)) => {
+                    if !versions.contains(&t.version) {
+                        versions.push(t.version.clone());
+                    }
+                }
+                None => groups.push((t.group.clone(), vec![t.version.clone()])),
+            }
+        }
+        groups
+    }
+
+    fn group_document(group: &str, versions: &[String]) -> Value {
+        let versions: Vec<Value> = versions
+            .iter()
+            .map(|v| json!({"groupVersion": format!("{group}/{v}"), "version": v}))
+            .collect();
+        json!({
+            "name": group,
+            "versions": versions,
+            "preferredVersion": versions[0],
+        })
+    }
+
+    /// `GET /apis`.
+    pub fn group_list(&self) -> Value {
+        let groups: Vec<Value> = self
+            .groups()
+            .iter()
+            .map(|(g, v)| Self::group_document(g, v))
+            .collect();
+        json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
+    }
+
+    /// `GET /apis/{group}`.
+    pub fn group(&self, group: &str) -> Option<Value> {
+        let (name, versions) = self.groups().into_iter().find(|(g, _)| g == group)?;
+        let mut doc = Self::group_document(&name, &versions);
+        doc["kind"] = json!("APIGroup");
+        doc["apiVersion"] = json!("v1");
+        Some(doc)
+    }
+
+    /// `GET /api/v1` and `GET /apis/{group}/{version}`.
+    pub fn resource_list(&self, group: &str, version: &str) -> Option<Value> {
+        if !self.serves_group_version(group, version) {
+            return None;
+        }
+        let resources: Vec<Value> = self
+            .types
+            .iter()
+            .filter(|t| t.group == group && t.version == version)
+            .flat_map(ResourceType::discovery_entries)
+            .collect();
+        let group_version = if group.is_empty() {
+            version.to_string()
+        } else {
+            format!("{group}/{version}")
+        };
+        Some(json!({
+            "kind": "APIResourceList",
+            "apiVersion": "v1",
+            "groupVersion": group_version,
+            "resources": resources,
+        }))
+    }
+}
+
+/// The resource types a CRD object serves, one per served version.
+fn crd_resource_types(crd: &Value) -> Result<Vec<ResourceType>, String> {
+    let spec = crd.get("spec").ok_or("spec: Required value")?;
+    let text = |v: Option<&Value>, field: &str| -> Result<String, String> {
+        v.and_then(Value::as_str)
+            .filter(|s| !s.is_empty())
+            .map(str::to_string)
+            .ok_or(format!("{field}: Required value"))
+    };
+    let group = text(spec.get("group"), "spec.group")?;
+    let names = spec.get("names").ok_or("spec.names: Required value")?;
+    let plural = text(names.get("plural"), "spec.names.plural")?;
+    let kind = text(names.get("kind"), "spec.names.kind")?;
+    let singular = names
+        .get("singular")
+        .and_then(Value::as_str)
+        .map(str::to_string)
+        .unwrap_or_else(|| kind.to_lowercase());
+    let short_names: Vec<String> = names
+        .get("shortNames")
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(Value::as_str)
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default();
+    let namespaced = match spec.get("scope").and_then(Value::as_str) {
+        Some("Namespaced") => true,
+        Some("Cluster") => false,
+        _ => return Err("spec.scope: Unsupported value: must be Namespaced or Cluster".into()),
+    };
+    let metadata_name = crd
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    if metadata_name != format!("{plural}.{group}") {
+        return Err(format!(
+            "metadata.name: Invalid value: \"{metadata_name}\": must be spec.names.plural+\".\"+spec.group"
+        ));
+    }
+    let versions = spec
+        .get("versions")
+        .and_then(Value::as_array)
+        .filter(|v| !v.is_empty())
+        .ok_or("spec.versions: Required value")?;
+    let mut types = Vec::new();
+    for version in versions {
+        let name = text(version.get("name"), "spec.versions[].name")?;
+        if version.get("served").and_then(Value::as_bool) != Some(true) {
+            continue;
+        }
+        types.push(ResourceType {
+            group: group.clone(),
+            version: name,
+            plural: plural.clone(),
+            singular: singular.clone(),
+            kind: kind.clone(),
+            namespaced,
+            short_names: short_names.clone(),
+            has_status: version.pointer("/subresources/status").is_some(),
+            custom: true,
+        });
+    }
+    Ok(types)
+}
+
+/// Minimal OpenAPI v3 documents: enough for clients (kubectl) to learn that
+/// PATCH of every served kind accepts `fieldValidation`, so they leave field
+/// validation to the server instead of downloading schemas. No schemas are
+/// published.
+impl Registry {
+    /// `GET /openapi/v3`: one entry per served group/version.
+    pub fn openapi_root(&self) -> Value {
+        let mut paths = serde_json::Map::new();
+        let mut group_versions: Vec<(String, String)> = self
+            .types
+            .iter()
+            .map(|t| (t.group.clone(), t.version.clone()))
+            .collect();
+        group_versions.sort();
+        group_versions.dedup();
+        for (group, version) in group_versions {
+            let key = if group.is_empty() {
+                format!("api/{version}")
+            } else {
+                format!("apis/{group}/{version}")
+            };
+            let url = format!("/openapi/v3/{key}?hash={}", self.types.len());
+            paths.insert(key, json!({"serverRelativeURL": url}));
+        }
+        json!({"paths": paths})
+    }
+
+    /// `GET /openapi/v3/api/v1` and `/openapi/v3/apis/{group}/{version}`.
+    pub fn openapi_group_version(&self, group: &str, version: &str) -> Option<Value> {
+        if !self.serves_group_version(group, version) {
+            return None;
+        }
+        let prefix = if group.is_empty() {
+            format!("/api/{version}")
+        } else {
+            format!("/apis/{group}/{version}")
+        };
+        let mut paths = serde_json::Map::new();
+        for t in self
+            .types
+            .iter()
+            .filter(|t| t.group == group && t.version == version)
+        {
+            let path = if t.namespaced {
+                format!("{prefix}/namespaces/{{namespace}}/{}/{{name}}", t.plural)
+            } else {
+                format!("{prefix}/{}/{{name}}", t.plural)
+            };
+            let parameters: Vec<Value> = ["dryRun", "fieldManager", "fieldValidation", "force"]
+                .iter()
+                .map(|name| json!({"name": name, "in": "query", "schema": {"type": "string"}}))
+                .collect();
+            paths.insert(
+                path,
+                json!({"patch": {
+                    "operationId": format!("patch{}", t.kind),
+                    "parameters": parameters,
+                    "responses": {"200": {"description": "OK"}},
+                    "x-kubernetes-action": "patch",
+                    "x-kubernetes-group-version-kind": {"group": t.group, "version": t.version, "kind": t.kind},
+                }}),
+            );
+        }
+        Some(json!({
+            "openapi": "3.0.0",
+            "info": {"title": "Kubernetes (tenantplane-local-apiserver)", "version": "v1.34.0"},
+            "paths": paths,
+            "components": {"schemas": {}},
+        }))
+    }
+}
+
+/// Aggregated discovery (`apidiscovery.k8s.io/v2`), which clients ask for
+/// with an `Accept` of `...;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList`.
+impl Registry {
+    /// The aggregated document for `/api` (`core`) or `/apis`.
+    pub fn aggregated_discovery(&self, core: bool) -> Value {
+        let mut items: Vec<Value> = Vec::new();
+        let mut groups: Vec<String> = if core {
+            vec![String::new()]
+        } else {
+            self.groups().into_iter().map(|(g, _)| g).collect()
+        };
+        groups.dedup();
+        for group in groups {
+            let mut versions: Vec<String> = self
+                .types
+                .iter()
+                .filter(|t| t.group == group)
+                .map(|t| t.version.clone())
+                .collect();
+            versions.dedup();
+            let versions: Vec<Value> = versions
+                .iter()
+                .map(|version| {
+                    let resources: Vec<Value> = self
+                        .types
+                        .iter()
+                        .filter(|t| t.group == group && t.version == *version)
+                        .map(ResourceType::aggregated_entry)
+                        .collect();
+                    json!({"version": version, "resources": resources, "freshness": "Current"})
+                })
+                .collect();
+            items.push(json!({"metadata": {"name": group}, "versions": versions}));
+        }
+        json!({
+            "kind": "APIGroupDiscoveryList",
+            "apiVersion": "apidiscovery.k8s.io/v2",
+            "metadata": {},
+            "items": items,
+        })
+    }
+}
+
+impl ResourceType {
+    fn aggregated_entry(&self) -> Value {
+        let response_kind =
+            json!({"group": self.group, "version": self.version, "kind": self.kind});
+        let mut entry = json!({
+            "resource": self.plural,
+            "responseKind": response_kind,
+            "scope": if self.namespaced { "Namespaced" } else { "Cluster" },
+            "singularResource": self.singular,
+            "verbs": VERBS,
+            "shortNames": self.short_names,
+        });
+        if self.has_status {
+            entry["subresources"] = json!([{
+                "subresource": "status",
+                "responseKind": response_kind,
+                "verbs": ["get", "patch", "update"],
+            }]);
+        }
+        entry
+    }
+}

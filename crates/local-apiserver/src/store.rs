@@ -1,0 +1,1555 @@
+//! The object store and every write's semantics: generic JSON objects keyed
+//! by (group, plural, namespace, name), one global resourceVersion counter,
+//! a bounded event history for watch resume (older resourceVersions get 410
+//! Gone), and the behaviour of a real control plane that clients observe:
+//! optimistic concurrency, generation, finalizers and deletionTimestamp,
+//! namespace termination, ownerReference garbage collection and CRDs that
+//! start serving their resources. Controllers that run asynchronously in a
+//! real cluster (namespace cleanup, garbage collection) run synchronously
+//! right after the write that triggers them.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value, json};
+use tokio::sync::{Notify, broadcast};
+
+use crate::apply::{Writer, record_update, server_side_apply};
+use crate::error::{ApiError, ApiResult};
+use crate::patch::{PatchKind, apply_patch};
+use crate::resources::{CRD_GROUP, CRD_PLURAL, Registry, ResourceType, StorageKey};
+use crate::selectors::{FieldSelector, LabelSelector};
+
+/// Namespace and name of an object within one resource.
+type ObjectName = (String, String);
+
+/// One object anywhere in the store.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+struct ObjectRef {
+    key: StorageKey,
+    namespace: String,
+    name: String,
+}
+
+/// Watch event types.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventType {
+    Added,
+    Modified,
+    Deleted,
+}
+
+impl EventType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Added => "ADDED",
+            Self::Modified => "MODIFIED",
+            Self::Deleted => "DELETED",
+        }
+    }
+}
+
+/// A change, as kept in the history and fanned out to watchers.
+#[derive(Debug)]
+pub struct Change {
+    pub resource_version: u64,
+    pub key: StorageKey,
+    pub namespace: String,
+    pub event: EventType,
+    pub object: Value,
+    /// The object before a modification (selectors turn it into ADDED/DELETED).
+    pub previous: Option<Value>,
+}
+
+/// Who writes, for managedFields and dry runs.
+#[derive(Debug, Clone)]
+pub struct WriteOptions {
+    pub manager: String,
+    pub dry_run: bool,
+    pub force: bool,
+}
+
+/// Propagation of a deletion to dependents.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Propagation {
+    Background,
+    Foreground,
+    Orphan,
+}
+
+/// `DeleteOptions` as sent in the query or body of a DELETE.
+#[derive(Debug, Clone)]
+pub struct DeleteOptions {
+    pub propagation: Propagation,
+    pub precondition_uid: Option<String>,
+    pub precondition_resource_version: Option<String>,
+    pub dry_run: bool,
+}
+
+/// Filters and paging of a list.
+#[derive(Debug, Clone, Default)]
+pub struct ListOptions {
+    pub labels: LabelSelector,
+    pub fields: FieldSelector,
+    pub limit: Option<usize>,
+    pub continue_token: Option<String>,
+}
+
+/// One page of a list.
+#[derive(Debug)]
+pub struct ListPage {
+    pub items: Vec<Value>,
+    pub resource_version: u64,
+    pub continue_token: Option<String>,
+}
+
+/// Where a watch starts.
+#[derive(Debug)]
+pub struct WatchStart {
+    /// Events to send first (synthetic ADDED for current state, or replay).
+    pub initial: Vec<Arc<Change>>,
+    /// Live changes; those at or below `after` are already in `initial`.
+    pub live: broadcast::Receiver<Arc<Change>>,
+    pub after: u64,
+}
+
+/// On-disk snapshot for optional persistence.
+#[derive(Debug, Serialize, Deserialize)]
+struct Snapshot {
+    resource_version: u64,
+    objects: Vec<StoredObject>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct StoredObject {
+    group: String,
+    resource: String,
+    object: Value,
+}
+
+#[derive(Debug)]
+struct State {
+    registry: Registry,
+    objects: BTreeMap<StorageKey, BTreeMap<ObjectName, Value>>,
+    resource_version: u64,
+    history: VecDeque<Arc<Change>>,
+    history_limit: usize,
+    /// Highest resourceVersion whose change is no longer in `history`.
+    compacted: u64,
+    /// owner uid -> objects naming it in ownerReferences.
+    dependents: HashMap<String, BTreeSet<ObjectRef>>,
+    /// uid -> object, for owner lookups.
+    uids: HashMap<String, ObjectRef>,
+    next_cluster_ip: u32,
+}
+
+/// The shared store behind the HTTP layer.
+#[derive(Debug)]
+pub struct Store {
+    state: Mutex<State>,
+    changes: broadcast::Sender<Arc<Change>>,
+    /// Signalled on every committed change (persistence writes on it).
+    pub changed: Notify,
+}
+
+fn now() -> String {
+    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+}
+
+fn meta_str<'a>(object: &'a Value, field: &str) -> Option<&'a str> {
+    object.get("metadata")?.get(field)?.as_str()
+}
+
+fn meta_mut(object: &mut Value) -> &mut Map<String, Value> {
+    if !object.get("metadata").is_some_and(Value::is_object) {
+        object["metadata"] = json!({});
+    }
+    match object.get_mut("metadata") {
+        Some(Value::Object(m)) => m,
+        _ => unreachable!("metadata was just made an object"),
+    }
+}
+
+fn finalizers(object: &Value) -> Vec<String> {
+    object
+        .pointer("/metadata/finalizers")
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(Value::as_str)
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn owner_uids(object: &Value) -> Vec<String> {
+    object
+        .pointer("/metadata/ownerReferences")
+        .and_then(Value::as_array)
+        .map(|refs| {
+            refs.iter()
+                .filter_map(|r| r.get("uid").and_then(Value::as_str))
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Everything but metadata and (with a status subresource) status: changes
+/// here bump `metadata.generation`.
+fn generation_relevant(object: &Value, has_status: bool) -> Value {
+    let mut copy = object.clone();
+    if let Value::Object(map) = &mut copy {
+        map.remove("metadata");
+        if has_status {
+            map.remove("status");
+        }
+    }
+    copy
+}
+
+/// The object as compared for no-op detection: ignores the resourceVersion
+/// and managedFields timestamps, so a write that changes nothing (not even
+/// field ownership) is not a new revision.
+fn comparable(object: &Value) -> Value {
+    let mut copy = object.clone();
+    if let Some(Value::Object(meta)) = copy.get_mut("metadata") {
+        meta.remove("resourceVersion");
+        if let Some(Value::Array(entries)) = meta.get_mut("managedFields") {
+            for entry in entries.iter_mut().filter_map(Value::as_object_mut) {
+                entry.remove("time");
+            }
+        }
+    }
+    copy
+}
+
+const NAME_ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+
+fn random_suffix() -> String {
+    uuid::Uuid::new_v4()
+        .as_bytes()
+        .iter()
+        .take(5)
+        .map(|b| NAME_ALPHABET[*b as usize % NAME_ALPHABET.len()] as char)
+        .collect()
+}
+
+/// DNS-1123 subdomain (or label, for namespaces) validation.
+fn validate_name(name: &str, label_only: bool) -> Result<(), String> {
+    let max = if label_only { 63 } else { 253 };
+    let valid_chars = name.chars().all(|c| {
+        c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || (c == '.' && !label_only)
+    });
+    let alnum_ends = name.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && name.ends_with(|c: char| c.is_ascii_alphanumeric());
+    if name.is_empty() || name.len() > max || !valid_chars || !alnum_ends {
+        return Err(format!(
+            "Invalid value: \"{name}\": a lowercase RFC 1123 {} must consist of lower case alphanumeric characters{}, and must start and end with an alphanumeric character",
+            if label_only { "label" } else { "subdomain" },
+            if label_only {
+                " or '-'"
+            } else {
+                ", '-' or '.'"
+            }
+        ));
+    }
+    Ok(())
+}
+
+impl State {
+    fn bucket(&self, key: &StorageKey) -> Option<&BTreeMap<ObjectName, Value>> {
+        self.objects.get(key)
+    }
+
+    fn lookup(&self, key: &StorageKey, namespace: &str, name: &str) -> Option<&Value> {
+        self.bucket(key)?
+            .get(&(namespace.to_string(), name.to_string()))
+    }
+
+    fn namespace_object(&self, namespace: &str) -> Option<&Value> {
+        self.lookup(
+            &StorageKey {
+                group: String::new(),
+                plural: "namespaces".into(),
+            },
+            "",
+            namespace,
+        )
+    }
+
+    fn record(&mut self, change: Change, sender: &broadcast::Sender<Arc<Change>>) {
+        let change = Arc::new(change);
+        self.history.push_back(change.clone());
+        while self.history.len() > self.history_limit {
+            if let Some(old) = self.history.pop_front() {
+                self.compacted = old.resource_version;
+            }
+        }
+        // No receivers is fine: nobody is watching.
+        let _ = sender.send(change);
+    }
+
+    fn index(&mut self, object: &Value, target: &ObjectRef, add: bool) {
+        let uid = meta_str(object, "uid").unwrap_or_default().to_string();
+        for owner in owner_uids(object) {
+            let entry = self.dependents.entry(owner.clone()).or_default();
+            if add {
+                entry.insert(target.clone());
+            } else {
+                entry.remove(target);
+                if entry.is_empty() {
+                    self.dependents.remove(&owner);
+                }
+            }
+        }
+        if add {
+            self.uids.insert(uid, target.clone());
+        } else {
+            self.uids.remove(&uid);
+        }
+    }
+
+    /// Stores an object with a fresh resourceVersion and records the change.
+    fn put(
+        &mut self,
+        target: &ObjectRef,
+        mut object: Value,
+        event: EventType,
+        sender: &broadcast::Sender<Arc<Change>>,
+    ) -> Value {
+        self.resource_version += 1;
+        let rv = self.resource_version;
+        meta_mut(&mut object).insert("resourceVersion".into(), json!(rv.to_string()));
+        let name = (target.namespace.clone(), target.name.clone());
+        let previous = self
+            .objects
+            .entry(target.key.clone())
+            .or_default()
+            .insert(name, object.clone());
+        if let Some(previous) = &previous {
+            self.index(previous, target, false);
+        }
+        self.index(&object, target, true);
+        self.record(
+            Change {
+                resource_version: rv,
+                key: target.key.clone(),
+                namespace: target.namespace.clone(),
+                event,
+                object: object.clone(),
+                previous,
+            },
+            sender,
+        );
+        object
+    }
+
+    /// Removes an object and records its deletion.
+    fn take(
+        &mut self,
+        target: &ObjectRef,
+        sender: &broadcast::Sender<Arc<Change>>,
+    ) -> Option<Value> {
+        let mut object = self
+            .objects
+            .get_mut(&target.key)?
+            .remove(&(target.namespace.clone(), target.name.clone()))?;
+        self.index(&object, target, false);
+        self.resource_version += 1;
+        let rv = self.resource_version;
+        meta_mut(&mut object).insert("resourceVersion".into(), json!(rv.to_string()));
+        self.record(
+            Change {
+                resource_version: rv,
+                key: target.key.clone(),
+                namespace: target.namespace.clone(),
+                event: EventType::Deleted,
+                object: object.clone(),
+                previous: None,
+            },
+            sender,
+        );
+        Some(object)
+    }
+}
+
+impl Store {
+    /// An empty store with the default namespaces, keeping `history_limit`
+    /// changes for watch resume.
+    pub fn new(history_limit: usize) -> Self {
+        let (changes, _) = broadcast::channel(65_536);
+        Self {
+            state: Mutex::new(State {
+                registry: Registry::default(),
+                objects: BTreeMap::new(),
+                resource_version: 0,
+                history: VecDeque::new(),
+                history_limit: history_limit.max(1),
+                compacted: 0,
+                dependents: HashMap::new(),
+                uids: HashMap::new(),
+                next_cluster_ip: 1,
+            }),
+            changes,
+            changed: Notify::new(),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic while holding the lock leaves consistent data (writes are
+        // applied whole), so a poisoned lock is still usable.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Creates the namespaces every cluster has.
+    pub fn create_default_namespaces(&self) -> ApiResult<()> {
+        let namespaces = self.resource("", "v1", "namespaces")?;
+        let opts = WriteOptions {
+            manager: "tenantplane-local-apiserver".into(),
+            dry_run: false,
+            force: false,
+        };
+        for name in ["default", "kube-system", "kube-public", "kube-node-lease"] {
+            if self.get(&namespaces, "", name).is_err() {
+                self.create(&namespaces, "", json!({"metadata": {"name": name}}), &opts)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Loads a persisted snapshot (objects, resourceVersion, CRD resources).
+    /// Watch history starts empty: older resourceVersions answer 410 Gone.
+    pub fn load_snapshot(&self, bytes: &[u8]) -> anyhow::Result<()> {
+        let snapshot: Snapshot = serde_json::from_slice(bytes)?;
+        let mut state = self.lock();
+        for stored in snapshot.objects {
+            let key = StorageKey {
+                group: stored.group,
+                plural: stored.resource,
+            };
+            if key.group == CRD_GROUP && key.plural == CRD_PLURAL {
+                state
+                    .registry
+                    .register_crd(&stored.object)
+                    .map_err(anyhow::Error::msg)?;
+            }
+            let target = ObjectRef {
+                key: key.clone(),
+                namespace: meta_str(&stored.object, "namespace")
+                    .unwrap_or_default()
+                    .to_string(),
+                name: meta_str(&stored.object, "name")
+                    .unwrap_or_default()
+                    .to_string(),
+            };
+            state.index(&stored.object, &target, true);
+            state
+                .objects
+                .entry(key)
+                .or_default()
+                .insert((target.namespace, target.name), stored.object);
+        }
+        state.resource_version = snapshot.resource_version;
+        state.compacted = snapshot.resource_version;
+        Ok(())
+    }
+
+    /// Serializes every object for persistence.
+    pub fn snapshot(&self) -> Vec<u8> {
+        let state = self.lock();
+        let objects = state
+            .objects
+            .iter()
+            .flat_map(|(key, bucket)| {
+                bucket.values().map(|object| StoredObject {
+                    group: key.group.clone(),
+                    resource: key.plural.clone(),
+                    object: object.clone(),
+                })
+            })
+            .collect();
+        let snapshot = Snapshot {
+            resource_version: state.resource_version,
+            objects,
+        };
+        drop(state);
+        serde_json::to_vec(&snapshot).unwrap_or_default()
+    }
+
+    /// The resource served at group/version/plural, or 404.
+    pub fn resource(&self, group: &str, version: &str, plural: &str) -> ApiResult<ResourceType> {
+        let state = self.lock();
+        state
+            .registry
+            .find(group, version, plural)
+            .cloned()
+            .ok_or_else(|| {
+                let path = if group.is_empty() {
+                    format!("/api/{version}/{plural}")
+                } else {
+                    format!("/apis/{group}/{version}/{plural}")
+                };
+                ApiError::unknown_path(&path)
+            })
+    }
+
+    /// Runs a read-only closure over the resource table (discovery).
+    pub fn with_registry<T>(&self, f: impl FnOnce(&Registry) -> T) -> T {
+        f(&self.lock().registry)
+    }
+
+    /// Current resourceVersion.
+    pub fn resource_version(&self) -> u64 {
+        self.lock().resource_version
+    }
+
+    fn served(rt: &ResourceType, mut object: Value) -> Value {
+        object["apiVersion"] = json!(rt.api_version());
+        object["kind"] = json!(rt.kind);
+        object
+    }
+
+    /// GET one object.
+    pub fn get(&self, rt: &ResourceType, namespace: &str, name: &str) -> ApiResult<Value> {
+        let state = self.lock();
+        state
+            .lookup(&rt.storage_key(), namespace, name)
+            .cloned()
+            .map(|o| Self::served(rt, o))
+            .ok_or_else(|| ApiError::not_found(&rt.group, &rt.plural, name))
+    }
+
+    /// LIST objects (all namespaces when `namespace` is None).
+    pub fn list(
+        &self,
+        rt: &ResourceType,
+        namespace: Option<&str>,
+        options: &ListOptions,
+    ) -> ApiResult<ListPage> {
+        let state = self.lock();
+        let start: Option<ObjectName> = match &options.continue_token {
+            Some(token) => {
+                let mut parts = token.splitn(3, '|');
+                match (parts.next(), parts.next(), parts.next()) {
+                    (Some(_rv), Some(ns), Some(name)) => Some((ns.to_string(), name.to_string())),
+                    _ => {
+                        return Err(ApiError::bad_request(format!(
+                            "continue key is not valid: {token}"
+                        )));
+                    }
+                }
+            }
+            None => None,
+        };
+        let mut items = Vec::new();
+        let mut continue_token = None;
+        if let Some(bucket) = state.bucket(&rt.storage_key()) {
+            let candidates = bucket
+                .iter()
+                .filter(|((ns, _), _)| namespace.is_none_or(|wanted| wanted == ns));
+            for ((ns, name), object) in candidates {
+                if start
+                    .as_ref()
+                    .is_some_and(|(sns, sname)| (ns, name) <= (sns, sname))
+                {
+                    continue;
+                }
+                if !options.labels.matches(object) || !options.fields.matches(object) {
+                    continue;
+                }
+                if options.limit.is_some_and(|limit| items.len() >= limit) {
+                    let (last_ns, last_name) = items
+                        .last()
+                        .map(|o: &Value| {
+                            (
+                                meta_str(o, "namespace").unwrap_or_default().to_string(),
+                                meta_str(o, "name").unwrap_or_default().to_string(),
+                            )
+                        })
+                        .unwrap_or_default();
+                    continue_token =
+                        Some(format!("{}|{last_ns}|{last_name}", state.resource_version));
+                    break;
+                }
+                items.push(Self::served(rt, object.clone()));
+            }
+        }
+        Ok(ListPage {
+            items,
+            resource_version: state.resource_version,
+            continue_token,
+        })
+    }
+
+    /// Starts a watch: `from` is the resourceVersion to resume after (None or
+    /// 0: synthetic ADDED events for the current state first).
+    pub fn watch(
+        &self,
+        rt: &ResourceType,
+        namespace: Option<&str>,
+        from: Option<u64>,
+    ) -> ApiResult<WatchStart> {
+        let state = self.lock();
+        let live = self.changes.subscribe();
+        let key = rt.storage_key();
+        let initial: Vec<Arc<Change>> = match from {
+            None | Some(0) => state
+                .bucket(&key)
+                .into_iter()
+                .flat_map(|b| b.iter())
+                .filter(|((ns, _), _)| namespace.is_none_or(|wanted| wanted == ns))
+                .map(|((ns, _), object)| {
+                    Arc::new(Change {
+                        resource_version: state.resource_version,
+                        key: key.clone(),
+                        namespace: ns.clone(),
+                        event: EventType::Added,
+                        object: object.clone(),
+                        previous: None,
+                    })
+                })
+                .collect(),
+            Some(rv) if rv < state.compacted => {
+                return Err(ApiError::gone(format!(
+                    "too old resource version: {rv} ({})",
+                    state.compacted + 1
+                )));
+            }
+            Some(rv) => state
+                .history
+                .iter()
+                .filter(|c| c.resource_version > rv && c.key == key)
+                .cloned()
+                .collect(),
+        };
+        Ok(WatchStart {
+            initial,
+            live,
+            after: state.resource_version,
+        })
+    }
+
+    /// Whether a list request at an exact resourceVersion can still be served.
+    pub fn check_not_compacted(&self, rv: u64) -> ApiResult<()> {
+        let state = self.lock();
+        if rv != 0 && rv < state.compacted {
+            return Err(ApiError::gone(format!(
+                "too old resource version: {rv} ({})",
+                state.compacted + 1
+            )));
+        }
+        Ok(())
+    }
+
+    fn check_body_type(rt: &ResourceType, body: &mut Value) -> ApiResult<()> {
+        if !body.is_object() {
+            return Err(ApiError::bad_request("the body must be a JSON object"));
+        }
+        match body.get("apiVersion").and_then(Value::as_str) {
+            Some(v) if v != rt.api_version() => {
+                return Err(ApiError::bad_request(format!(
+                    "the API version in the data ({v}) does not match the expected API version ({})",
+                    rt.api_version()
+                )));
+            }
+            _ => {}
+        }
+        match body.get("kind").and_then(Value::as_str) {
+            Some(k) if k != rt.kind => {
+                return Err(ApiError::bad_request(format!(
+                    "the kind in the data ({k}) does not match the expected kind ({})",
+                    rt.kind
+                )));
+            }
+            _ => {}
+        }
+        body["apiVersion"] = json!(rt.api_version());
+        body["kind"] = json!(rt.kind);
+        Ok(())
+    }
+
+    /// POST: creates an object.
+    pub fn create(
+        &self,
+        rt: &ResourceType,
+        namespace: &str,
+        mut body: Value,
+        opts: &WriteOptions,
+    ) -> ApiResult<Value> {
+        Self::check_body_type(rt, &mut body)?;
+        let writer_time = now();
+        let writer = Writer {
+            manager: &opts.manager,
+            api_version: &rt.api_version(),
+            time: &writer_time,
+        };
+        record_update(None, &mut body, &writer, false);
+        let mut state = self.lock();
+        let created = self.insert_new(&mut state, rt, namespace, body, opts.dry_run)?;
+        drop(state);
+        self.changed.notify_one();
+        Ok(Self::served(rt, created))
+    }
+
+    fn insert_new(
+        &self,
+        state: &mut State,
+        rt: &ResourceType,
+        namespace: &str,
+        mut body: Value,
+        dry_run: bool,
+    ) -> ApiResult<Value> {
+        let meta = meta_mut(&mut body);
+        let name = match meta.get("name").and_then(Value::as_str) {
+            Some(n) if !n.is_empty() => n.to_string(),
+            _ => match meta.get("generateName").and_then(Value::as_str) {
+                Some(prefix) if !prefix.is_empty() => format!("{prefix}{}", random_suffix()),
+                _ => {
+                    return Err(ApiError::invalid(
+                        &rt.group,
+                        &rt.kind,
+                        "",
+                        "metadata.name",
+                        "Required value: name or generateName is required",
+                    ));
+                }
+            },
+        };
+        if let Err(message) = validate_name(&name, rt.plural == "namespaces") {
+            return Err(ApiError::invalid(
+                &rt.group,
+                &rt.kind,
+                &name,
+                "metadata.name",
+                &message,
+            ));
+        }
+        if meta
+            .get("resourceVersion")
+            .and_then(Value::as_str)
+            .is_some_and(|rv| !rv.is_empty())
+        {
+            return Err(ApiError::bad_request(
+                "resourceVersion should not be set on objects to be created",
+            ));
+        }
+        if rt.namespaced {
+            match meta.get("namespace").and_then(Value::as_str) {
+                Some(ns) if !ns.is_empty() && ns != namespace => {
+                    return Err(ApiError::bad_request(
+                        "the namespace of the provided object does not match the namespace sent on the request",
+                    ));
+                }
+                _ => {}
+            }
+            meta.insert("namespace".into(), json!(namespace));
+        } else {
+            meta.remove("namespace");
+        }
+        meta.insert("name".into(), json!(name));
+        meta.insert("uid".into(), json!(uuid::Uuid::new_v4().to_string()));
+        meta.insert("creationTimestamp".into(), json!(now()));
+        meta.insert("generation".into(), json!(1));
+        for server_owned in [
+            "deletionTimestamp",
+            "deletionGracePeriodSeconds",
+            "selfLink",
+        ] {
+            meta.remove(server_owned);
+        }
+        let key = rt.storage_key();
+        let ns_key = if rt.namespaced { namespace } else { "" };
+        if rt.namespaced {
+            match state.namespace_object(namespace) {
+                None => return Err(ApiError::not_found("", "namespaces", namespace)),
+                Some(ns) if ns.pointer("/metadata/deletionTimestamp").is_some() => {
+                    return Err(ApiError::forbidden(format!(
+                        "{} \"{name}\" is forbidden: unable to create new content in namespace {namespace} because it is being terminated",
+                        rt.plural
+                    )));
+                }
+                Some(_) => {}
+            }
+        }
+        if state.lookup(&key, ns_key, &name).is_some() {
+            return Err(ApiError::already_exists(&rt.group, &rt.plural, &name));
+        }
+        self.apply_defaults(state, rt, &mut body, dry_run)?;
+        if dry_run {
+            return Ok(body);
+        }
+        let target = ObjectRef {
+            key,
+            namespace: ns_key.to_string(),
+            name: name.clone(),
+        };
+        let created = state.put(&target, body, EventType::Added, &self.changes);
+        if rt.plural == "namespaces" && rt.group.is_empty() {
+            let sa = json!({
+                "apiVersion": "v1",
+                "kind": "ServiceAccount",
+                "metadata": {"name": "default"},
+            });
+            let sa_type = state
+                .registry
+                .find("", "v1", "serviceaccounts")
+                .cloned()
+                .ok_or_else(|| ApiError::internal("serviceaccounts are not registered"))?;
+            self.insert_new(state, &sa_type, &name, sa, false)?;
+        }
+        Ok(created)
+    }
+
+    /// What a real control plane fills in on create: defaults, initial
+    /// status, allocated cluster IPs, and CRD registration.
+    fn apply_defaults(
+        &self,
+        state: &mut State,
+        rt: &ResourceType,
+        body: &mut Value,
+        dry_run: bool,
+    ) -> ApiResult<()> {
+        if rt.has_status {
+            if let Value::Object(map) = body {
+                map.remove("status");
+            }
+        }
+        match (rt.group.as_str(), rt.kind.as_str()) {
+            ("", "Namespace") => {
+                let name = meta_str(body, "name").unwrap_or_default().to_string();
+                let labels = meta_mut(body).entry("labels").or_insert_with(|| json!({}));
+                labels["kubernetes.io/metadata.name"] = json!(name);
+                body["spec"] = json!({"finalizers": ["kubernetes"]});
+                body["status"] = json!({"phase": "Active"});
+            }
+            ("", "Pod") => {
+                let spec = body
+                    .get_mut("spec")
+                    .and_then(Value::as_object_mut)
+                    .ok_or_else(|| {
+                        ApiError::invalid("", "Pod", "", "spec.containers", "Required value")
+                    })?;
+                for (field, value) in [
+                    ("restartPolicy", json!("Always")),
+                    ("dnsPolicy", json!("ClusterFirst")),
+                    ("schedulerName", json!("default-scheduler")),
+                    ("terminationGracePeriodSeconds", json!(30)),
+                    ("serviceAccountName", json!("default")),
+                    ("securityContext", json!({})),
+                ] {
+                    spec.entry(field).or_insert(value);
+                }
+                body["status"] = json!({"phase": "Pending", "qosClass": "BestEffort"});
+            }
+            ("", "Service") => {
+                let spec = body
+                    .get_mut("spec")
+                    .and_then(Value::as_object_mut)
+                    .ok_or_else(|| {
+                        ApiError::invalid("", "Service", "", "spec.ports", "Required value")
+                    })?;
+                spec.entry("type").or_insert(json!("ClusterIP"));
+                spec.entry("sessionAffinity").or_insert(json!("None"));
+                let headless = spec.get("clusterIP").and_then(Value::as_str) == Some("None");
+                if !headless && spec.get("type").and_then(Value::as_str) != Some("ExternalName") {
+                    let n = state.next_cluster_ip;
+                    if !dry_run {
+                        state.next_cluster_ip += 1;
+                    }
+                    let ip = format!("10.96.{}.{}", (n >> 8) & 0xff, n & 0xff);
+                    spec.insert("clusterIP".into(), json!(ip));
+                    spec.insert("clusterIPs".into(), json!([ip]));
+                }
+                if let Some(Value::Array(ports)) = spec.get_mut("ports") {
+                    for port in ports.iter_mut().filter_map(Value::as_object_mut) {
+                        port.entry("protocol").or_insert(json!("TCP"));
+                        if let Some(p) = port.get("port").cloned() {
+                            port.entry("targetPort").or_insert(p);
+                        }
+                    }
+                }
+                body["status"] = json!({"loadBalancer": {}});
+            }
+            ("", "Secret") => {
+                if body.get("type").is_none() {
+                    body["type"] = json!("Opaque");
+                }
+                Self::fold_string_data(body);
+            }
+            (CRD_GROUP, "CustomResourceDefinition") => {
+                let mut registry = state.registry.clone();
+                registry.register_crd(body).map_err(|message| {
+                    ApiError::invalid(
+                        CRD_GROUP,
+                        "CustomResourceDefinition",
+                        meta_str(body, "name").unwrap_or_default(),
+                        "spec",
+                        &message,
+                    )
+                })?;
+                if !dry_run {
+                    state.registry = registry;
+                }
+                body["status"] = Self::crd_status(body);
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// Secrets: `stringData` is write-only and lands base64-encoded in `data`.
+    fn fold_string_data(body: &mut Value) {
+        let Some(Value::Object(string_data)) =
+            body.as_object_mut().and_then(|m| m.remove("stringData"))
+        else {
+            return;
+        };
+        if !body.get("data").is_some_and(Value::is_object) {
+            body["data"] = json!({});
+        }
+        for (k, v) in string_data {
+            let text = v.as_str().unwrap_or_default();
+            body["data"][k] = json!(data_encoding::BASE64.encode(text.as_bytes()));
+        }
+    }
+
+    fn crd_status(crd: &Value) -> Value {
+        let time = now();
+        let stored: Vec<&Value> = crd
+            .pointer("/spec/versions")
+            .and_then(Value::as_array)
+            .map(|vs| {
+                vs.iter()
+                    .filter(|v| v.get("storage").and_then(Value::as_bool) == Some(true))
+                    .filter_map(|v| v.get("name"))
+                    .collect()
+            })
+            .unwrap_or_default();
+        json!({
+            "acceptedNames": crd.pointer("/spec/names").cloned().unwrap_or(json!({})),
+            "storedVersions": stored,
+            "conditions": [
+                {"type": "NamesAccepted", "status": "True", "reason": "NoConflicts", "message": "no conflicts found", "lastTransitionTime": time},
+                {"type": "Established", "status": "True", "reason": "InitialNamesAccepted", "message": "the initial names have been accepted", "lastTransitionTime": time},
+            ],
+        })
+    }
+
+    /// PUT: replaces an object (or its status when `status_only`).
+    pub fn update(
+        &self,
+        rt: &ResourceType,
+        namespace: &str,
+        name: &str,
+        mut body: Value,
+        status_only: bool,
+        opts: &WriteOptions,
+    ) -> ApiResult<Value> {
+        Self::check_body_type(rt, &mut body)?;
+        let mut state = self.lock();
+        let key = rt.storage_key();
+        let old = state
+            .lookup(&key, namespace, name)
+            .cloned()
+            .ok_or_else(|| ApiError::not_found(&rt.group, &rt.plural, name))?;
+        match meta_str(&body, "resourceVersion") {
+            Some(rv) if !rv.is_empty() => {}
+            _ if rt.custom => {
+                return Err(ApiError::invalid(
+                    &rt.group,
+                    &rt.kind,
+                    name,
+                    "metadata.resourceVersion",
+                    "Invalid value: 0x0: must be specified for an update",
+                ));
+            }
+            _ => {
+                let rv = meta_str(&old, "resourceVersion")
+                    .unwrap_or_default()
+                    .to_string();
+                meta_mut(&mut body).insert("resourceVersion".into(), json!(rv));
+            }
+        }
+        let updated = self.replace(
+            &mut state,
+            rt,
+            namespace,
+            name,
+            &old,
+            body,
+            status_only,
+            opts,
+            true,
+        )?;
+        drop(state);
+        self.changed.notify_one();
+        Ok(Self::served(rt, updated))
+    }
+
+    /// PATCH: applies a patch (or server-side apply) to an object.
+    #[allow(clippy::too_many_arguments)]
+    pub fn patch(
+        &self,
+        rt: &ResourceType,
+        namespace: &str,
+        name: &str,
+        kind: PatchKind,
+        patch: &Value,
+        status_only: bool,
+        opts: &WriteOptions,
+    ) -> ApiResult<Value> {
+        let mut state = self.lock();
+        let key = rt.storage_key();
+        let old = state.lookup(&key, namespace, name).cloned();
+        let api_version = rt.api_version();
+        let time = now();
+        let writer = Writer {
+            manager: &opts.manager,
+            api_version: &api_version,
+            time: &time,
+        };
+        let result = match (kind, old) {
+            (PatchKind::Apply, old) => {
+                let mut applied = patch.clone();
+                Self::check_applied(name, &mut applied)?;
+                match old {
+                    None if status_only => {
+                        return Err(ApiError::not_found(&rt.group, &rt.plural, name));
+                    }
+                    None => {
+                        let created = server_side_apply(None, &applied, &writer, opts.force)?;
+                        let mut created = created;
+                        Self::check_body_type(rt, &mut created)?;
+                        self.insert_new(&mut state, rt, namespace, created, opts.dry_run)?
+                    }
+                    Some(old) if status_only => {
+                        let mut merged = Self::served(rt, old.clone());
+                        if let Some(status) = applied.get("status") {
+                            let mut status_value =
+                                merged.get("status").cloned().unwrap_or(json!({}));
+                            json_patch::merge(&mut status_value, status);
+                            merged["status"] = status_value;
+                        }
+                        self.replace(
+                            &mut state, rt, namespace, name, &old, merged, true, opts, true,
+                        )?
+                    }
+                    Some(old) => {
+                        let served_old = Self::served(rt, old.clone());
+                        let mut merged =
+                            server_side_apply(Some(&served_old), &applied, &writer, opts.force)?;
+                        if rt.has_status {
+                            match old.get("status") {
+                                Some(status) => merged["status"] = status.clone(),
+                                None => {
+                                    if let Value::Object(m) = &mut merged {
+                                        m.remove("status");
+                                    }
+                                }
+                            }
+                        }
+                        self.replace(
+                            &mut state, rt, namespace, name, &old, merged, false, opts, false,
+                        )?
+                    }
+                }
+            }
+            (_, None) => return Err(ApiError::not_found(&rt.group, &rt.plural, name)),
+            (kind, Some(old)) => {
+                let mut patched = Self::served(rt, old.clone());
+                apply_patch(kind, &mut patched, patch, rt.custom)?;
+                Self::check_body_type(rt, &mut patched)?;
+                self.replace(
+                    &mut state,
+                    rt,
+                    namespace,
+                    name,
+                    &old,
+                    patched,
+                    status_only,
+                    opts,
+                    true,
+                )?
+            }
+        };
+        drop(state);
+        self.changed.notify_one();
+        Ok(Self::served(rt, result))
+    }
+
+    fn check_applied(name: &str, applied: &mut Value) -> ApiResult<()> {
+        if !applied.is_object() {
+            return Err(ApiError::bad_request(
+                "the apply configuration must be an object",
+            ));
+        }
+        for field in ["apiVersion", "kind"] {
+            if applied
+                .get(field)
+                .and_then(Value::as_str)
+                .is_none_or(str::is_empty)
+            {
+                return Err(ApiError::bad_request(format!(
+                    "{field} must be set in an apply configuration"
+                )));
+            }
+        }
+        match meta_str(applied, "name") {
+            Some(n) if n == name => Ok(()),
+            Some(n) => Err(ApiError::bad_request(format!(
+                "the name of the object ({n}) does not match the name on the URL ({name})"
+            ))),
+            None => {
+                meta_mut(applied).insert("name".into(), json!(name));
+                Ok(())
+            }
+        }
+    }
+
+    /// The shared tail of update, patch and apply: preconditions, server-owned
+    /// metadata, generation, managedFields, finalizer rules, commit.
+    #[allow(clippy::too_many_arguments)]
+    fn replace(
+        &self,
+        state: &mut State,
+        rt: &ResourceType,
+        namespace: &str,
+        name: &str,
+        old: &Value,
+        mut body: Value,
+        status_only: bool,
+        opts: &WriteOptions,
+        track_update: bool,
+    ) -> ApiResult<Value> {
+        let old_rv = meta_str(old, "resourceVersion").unwrap_or_default();
+        if let Some(rv) = meta_str(&body, "resourceVersion").filter(|rv| !rv.is_empty()) {
+            if rv != old_rv {
+                return Err(ApiError::conflict(
+                    &rt.group,
+                    &rt.plural,
+                    name,
+                    "the object has been modified; please apply your changes to the latest version and try again",
+                ));
+            }
+        }
+        if let Some(body_name) = meta_str(&body, "name") {
+            if body_name != name {
+                return Err(ApiError::bad_request(format!(
+                    "the name of the object ({body_name}) does not match the name on the URL ({name})"
+                )));
+            }
+        }
+        if rt.namespaced {
+            if let Some(ns) = meta_str(&body, "namespace").filter(|ns| *ns != namespace) {
+                return Err(ApiError::bad_request(format!(
+                    "the namespace of the object ({ns}) does not match the namespace on the URL ({namespace})"
+                )));
+            }
+        }
+        let mut new = if status_only {
+            let mut new = old.clone();
+            match body.get("status") {
+                Some(status) => new["status"] = status.clone(),
+                None => {
+                    if let Value::Object(m) = &mut new {
+                        m.remove("status");
+                    }
+                }
+            }
+            new
+        } else {
+            if rt.has_status {
+                match old.get("status") {
+                    Some(status) => body["status"] = status.clone(),
+                    None => {
+                        if let Value::Object(m) = &mut body {
+                            m.remove("status");
+                        }
+                    }
+                }
+            }
+            let old_meta = old.get("metadata").cloned().unwrap_or(json!({}));
+            let meta = meta_mut(&mut body);
+            for preserved in [
+                "name",
+                "namespace",
+                "uid",
+                "creationTimestamp",
+                "deletionTimestamp",
+                "deletionGracePeriodSeconds",
+                "generation",
+            ] {
+                match old_meta.get(preserved) {
+                    Some(v) => meta.insert(preserved.into(), v.clone()),
+                    None => meta.remove(preserved),
+                };
+            }
+            if !meta.contains_key("managedFields") {
+                if let Some(mf) = old_meta.get("managedFields") {
+                    meta.insert("managedFields".into(), mf.clone());
+                }
+            }
+            body
+        };
+        if rt.group.is_empty() && rt.kind == "Secret" {
+            Self::fold_string_data(&mut new);
+        }
+        if old.pointer("/metadata/deletionTimestamp").is_some() {
+            let before = finalizers(old);
+            if let Some(added) = finalizers(&new).iter().find(|f| !before.contains(f)) {
+                return Err(ApiError::invalid(
+                    &rt.group,
+                    &rt.kind,
+                    name,
+                    "metadata.finalizers",
+                    &format!(
+                        "Forbidden: no new finalizers can be added if the object is being deleted, found new finalizers [\"{added}\"]"
+                    ),
+                ));
+            }
+        }
+        if track_update {
+            let api_version = rt.api_version();
+            let time = now();
+            let writer = Writer {
+                manager: &opts.manager,
+                api_version: &api_version,
+                time: &time,
+            };
+            let served_old = Self::served(rt, old.clone());
+            record_update(Some(&served_old), &mut new, &writer, status_only);
+        }
+        if comparable(&new) == comparable(old) {
+            return Ok(old.clone());
+        }
+        if generation_relevant(&new, rt.has_status) != generation_relevant(old, rt.has_status) {
+            let generation = old
+                .pointer("/metadata/generation")
+                .and_then(Value::as_i64)
+                .unwrap_or(0);
+            meta_mut(&mut new).insert("generation".into(), json!(generation + 1));
+        }
+        if rt.group == CRD_GROUP && rt.plural == CRD_PLURAL && !status_only {
+            let mut registry = state.registry.clone();
+            registry.register_crd(&new).map_err(|message| {
+                ApiError::invalid(CRD_GROUP, &rt.kind, name, "spec", &message)
+            })?;
+            if !opts.dry_run {
+                state.registry = registry;
+            }
+        }
+        if opts.dry_run {
+            return Ok(new);
+        }
+        let target = ObjectRef {
+            key: rt.storage_key(),
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+        };
+        if new.pointer("/metadata/deletionTimestamp").is_some() && finalizers(&new).is_empty() {
+            let stored = state.put(&target, new, EventType::Modified, &self.changes);
+            self.remove_now(state, &target, Propagation::Background);
+            return Ok(stored);
+        }
+        Ok(state.put(&target, new, EventType::Modified, &self.changes))
+    }
+
+    /// DELETE one object.
+    pub fn delete(
+        &self,
+        rt: &ResourceType,
+        namespace: &str,
+        name: &str,
+        options: &DeleteOptions,
+    ) -> ApiResult<Value> {
+        let mut state = self.lock();
+        let target = ObjectRef {
+            key: rt.storage_key(),
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+        };
+        let old = state
+            .lookup(&target.key, namespace, name)
+            .cloned()
+            .ok_or_else(|| ApiError::not_found(&rt.group, &rt.plural, name))?;
+        if let Some(uid) = &options.precondition_uid {
+            let actual = meta_str(&old, "uid").unwrap_or_default();
+            if uid != actual {
+                return Err(ApiError::conflict(
+                    &rt.group,
+                    &rt.plural,
+                    name,
+                    &format!(
+                        "Precondition failed: UID in precondition: {uid}, UID in object meta: {actual}"
+                    ),
+                ));
+            }
+        }
+        if let Some(rv) = &options.precondition_resource_version {
+            let actual = meta_str(&old, "resourceVersion").unwrap_or_default();
+            if rv != actual {
+                return Err(ApiError::conflict(
+                    &rt.group,
+                    &rt.plural,
+                    name,
+                    &format!(
+                        "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {actual}"
+                    ),
+                ));
+            }
+        }
+        if options.dry_run {
+            return Ok(Self::served(rt, old));
+        }
+        let result = self.delete_locked(&mut state, &target, old, options.propagation);
+        drop(state);
+        self.changed.notify_one();
+        Ok(Self::served(rt, result))
+    }
+
+    /// DELETE on a collection: deletes every matching object.
+    pub fn delete_collection(
+        &self,
+        rt: &ResourceType,
+        namespace: Option<&str>,
+        list: &ListOptions,
+        options: &DeleteOptions,
+    ) -> ApiResult<ListPage> {
+        let page = self.list(rt, namespace, list)?;
+        if options.dry_run {
+            return Ok(page);
+        }
+        let mut state = self.lock();
+        let mut items = Vec::new();
+        for object in page.items {
+            let target = ObjectRef {
+                key: rt.storage_key(),
+                namespace: meta_str(&object, "namespace")
+                    .unwrap_or_default()
+                    .to_string(),
+                name: meta_str(&object, "name").unwrap_or_default().to_string(),
+            };
+            let Some(current) = state
+                .lookup(&target.key, &target.namespace, &target.name)
+                .cloned()
+            else {
+                continue;
+            };
+            items.push(Self::served(
+                rt,
+                self.delete_locked(&mut state, &target, current, options.propagation),
+            ));
+        }
+        let resource_version = state.resource_version;
+        drop(state);
+        self.changed.notify_one();
+        Ok(ListPage {
+            items,
+            resource_version,
+            continue_token: None,
+        })
+    }
+
+    /// Deletion semantics: finalizers defer it (deletionTimestamp), namespaces
+    /// terminate, propagation decides what happens to dependents.
+    fn delete_locked(
+        &self,
+        state: &mut State,
+        target: &ObjectRef,
+        old: Value,
+        propagation: Propagation,
+    ) -> Value {
+        let is_namespace = target.key.group.is_empty() && target.key.plural == "namespaces";
+        if old.pointer("/metadata/deletionTimestamp").is_some() {
+            return old;
+        }
+        let uid = meta_str(&old, "uid").unwrap_or_default().to_string();
+        if propagation == Propagation::Orphan {
+            self.orphan_dependents(state, &uid);
+        }
+        if is_namespace {
+            let mut terminating = old;
+            let meta = meta_mut(&mut terminating);
+            meta.insert("deletionTimestamp".into(), json!(now()));
+            meta.insert("deletionGracePeriodSeconds".into(), json!(0));
+            terminating["status"]["phase"] = json!("Terminating");
+            let stored = state.put(target, terminating, EventType::Modified, &self.changes);
+            self.empty_namespace(state, &target.name);
+            return stored;
+        }
+        if !finalizers(&old).is_empty() {
+            let mut marked = old;
+            let generation = marked
+                .pointer("/metadata/generation")
+                .and_then(Value::as_i64)
+                .unwrap_or(0);
+            let meta = meta_mut(&mut marked);
+            meta.insert("deletionTimestamp".into(), json!(now()));
+            meta.insert("deletionGracePeriodSeconds".into(), json!(0));
+            meta.insert("generation".into(), json!(generation + 1));
+            return state.put(target, marked, EventType::Modified, &self.changes);
+        }
+        if propagation == Propagation::Foreground {
+            self.collect_dependents(state, &uid);
+        }
+        self.remove_now(state, target, propagation).unwrap_or(old)
+    }
+
+    /// Removes an object for good and runs the controllers that react to it.
+    fn remove_now(
+        &self,
+        state: &mut State,
+        target: &ObjectRef,
+        propagation: Propagation,
+    ) -> Option<Value> {
+        let removed = state.take(target, &self.changes)?;
+        if target.key.group == CRD_GROUP && target.key.plural == CRD_PLURAL {
+            self.drop_custom_resources(state, &removed);
+        }
+        let uid = meta_str(&removed, "uid").unwrap_or_default().to_string();
+        if propagation != Propagation::Orphan {
+            self.collect_dependents(state, &uid);
+        }
+        if target.key.group.is_empty() && target.key.plural == "namespaces" {
+            return Some(removed);
+        }
+        if !target.namespace.is_empty() {
+            self.finish_namespace_if_empty(state, &target.namespace);
+        }
+        Some(removed)
+    }
+
+    /// Garbage collection: dependents whose owners are all gone are deleted;
+    /// dependents with a remaining owner lose the reference to this one.
+    fn collect_dependents(&self, state: &mut State, owner_uid: &str) {
+        let Some(dependents) = state.dependents.get(owner_uid).cloned() else {
+            return;
+        };
+        for dependent in dependents {
+            let Some(object) = state
+                .lookup(&dependent.key, &dependent.namespace, &dependent.name)
+                .cloned()
+            else {
+                continue;
+            };
+            let remaining = owner_uids(&object)
+                .into_iter()
+                .filter(|uid| uid != owner_uid && state.uids.contains_key(uid))
+                .count();
+            if remaining == 0 {
+                self.delete_locked(state, &dependent, object, Propagation::Background);
+            } else {
+                let pruned = Self::without_owner(object, owner_uid);
+                state.put(&dependent, pruned, EventType::Modified, &self.changes);
+            }
+        }
+    }
+
+    fn without_owner(mut object: Value, owner_uid: &str) -> Value {
+        if let Some(Value::Array(refs)) = object.pointer_mut("/metadata/ownerReferences") {
+            refs.retain(|r| r.get("uid").and_then(Value::as_str) != Some(owner_uid));
+            if refs.is_empty() {
+                meta_mut(&mut object).remove("ownerReferences");
+            }
+        }
+        object
+    }
+
+    fn orphan_dependents(&self, state: &mut State, owner_uid: &str) {
+        let Some(dependents) = state.dependents.get(owner_uid).cloned() else {
+            return;
+        };
+        for dependent in dependents {
+            if let Some(object) = state
+                .lookup(&dependent.key, &dependent.namespace, &dependent.name)
+                .cloned()
+            {
+                let pruned = Self::without_owner(object, owner_uid);
+                state.put(&dependent, pruned, EventType::Modified, &self.changes);
+            }
+        }
+    }
+
+    /// Namespace controller: deletes everything in a terminating namespace.
+    fn empty_namespace(&self, state: &mut State, namespace: &str) {
+        for key in state.registry.namespaced_storage_keys() {
+            let names: Vec<ObjectName> = state
+                .bucket(&key)
+                .map(|b| {
+                    b.keys()
+                        .filter(|(ns, _)| ns == namespace)
+                        .cloned()
+                        .collect()
+                })
+                .unwrap_or_default();
+            for (ns, name) in names {
+                let target = ObjectRef {
+                    key: key.clone(),
+                    namespace: ns,
+                    name,
+                };
+                if let Some(object) = state.lookup(&key, &target.namespace, &target.name).cloned() {
+                    self.delete_locked(state, &target, object, Propagation::Background);
+                }
+            }
+        }
+        self.finish_namespace_if_empty(state, namespace);
+    }
+
+    /// Removes a terminating namespace once nothing is left in it.
+    fn finish_namespace_if_empty(&self, state: &mut State, namespace: &str) {
+        let Some(ns) = state.namespace_object(namespace).cloned() else {
+            return;
+        };
+        if ns.pointer("/metadata/deletionTimestamp").is_none() || !finalizers(&ns).is_empty() {
+            return;
+        }
+        let occupied = state.objects.iter().any(|(key, bucket)| {
+            !(key.group.is_empty() && key.plural == "namespaces")
+                && bucket.keys().any(|(ns, _)| ns == namespace)
+        });
+        if occupied {
+            return;
+        }
+        let target = ObjectRef {
+            key: StorageKey {
+                group: String::new(),
+                plural: "namespaces".into(),
+            },
+            namespace: String::new(),
+            name: namespace.to_string(),
+        };
+        self.remove_now(state, &target, Propagation::Background);
+    }
+
+    /// A deleted CRD takes its custom resources and their API with it.
+    fn drop_custom_resources(&self, state: &mut State, crd: &Value) {
+        let Some(group) = crd.pointer("/spec/group").and_then(Value::as_str) else {
+            return;
+        };
+        let Some(plural) = crd.pointer("/spec/names/plural").and_then(Value::as_str) else {
+            return;
+        };
+        let key = StorageKey {
+            group: group.to_string(),
+            plural: plural.to_string(),
+        };
+        let names: Vec<ObjectName> = state
+            .bucket(&key)
+            .map(|b| b.keys().cloned().collect())
+            .unwrap_or_default();
+        for (namespace, name) in names {
+            let target = ObjectRef {
+                key: key.clone(),
+                namespace,
+                name,
+            };
+            self.remove_now(state, &target, Propagation::Background);
+        }
+        state.objects.remove(&key);
+        state.registry.unregister_crd(&key);
+    }
+}
