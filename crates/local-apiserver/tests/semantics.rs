@@ -1,0 +1,1007 @@
+//! Semantics suite through kube-rs (Api, watcher, reflector, discovery).
+//! Runs against the local server, or against a real cluster when
+//! `TENANTPLANE_E2E_KUBECONFIG` is set: the assertions are the same, so a
+//! divergence between the two shows up as a failure here.
+
+mod support;
+
+use std::collections::BTreeMap;
+
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{
+    ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams,
+    PostParams, WatchEvent, WatchParams,
+};
+use kube::discovery::Discovery;
+use kube::runtime::{WatchStreamExt, reflector, watcher};
+use kube::{Api, Client, ResourceExt};
+use serde_json::{Value, json};
+use support::{Target, eventually, status};
+use tenantplane_local_apiserver::LocalApiServer;
+
+fn config_map(name: &str, data: &[(&str, &str)], labels: &[(&str, &str)]) -> ConfigMap {
+    let data: BTreeMap<String, String> = data
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    let labels: BTreeMap<String, String> = labels
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    serde_json::from_value(json!({
+        "metadata": {"name": name, "labels": labels},
+        "data": data,
+    }))
+    .expect("config map")
+}
+
+fn data_of(cm: &ConfigMap) -> BTreeMap<String, String> {
+    cm.data.clone().unwrap_or_default()
+}
+
+#[tokio::test]
+async fn create_get_list_delete_assigns_server_fields() {
+    let target = Target::start().await;
+    let ns = target.namespace().await;
+    let api: Api<ConfigMap> = Api::namespaced(target.client.clone(), &ns);
+
+    let created = api
+        .create(
+            &PostParams::default(),
+            &config_map("one", &[("k", "v")], &[]),
+        )
+        .await
+        .unwrap();
+    assert!(!created.uid().unwrap_or_default().is_empty());
+    assert!(created.metadata.creation_timestamp.is_some());
+    assert!(!created.resource_version().unwrap_or_default().is_empty());
+    assert_eq!(created.namespace().as_deref(), Some(ns.as_str()));
+
+    let generated: ConfigMap =
+        serde_json::from_value(json!({"metadata": {"generateName": "gen-"}})).unwrap();
+    let generated = api
+        .create(&PostParams::default(), &generated)
+        .await
+        .unwrap();
+    let name = generated.name_any();
+    assert!(
+        name.starts_with("gen-") && name.len() > "gen-".len(),
+        "{name}"
+    );
+
+    let fetched = api.get("one").await.unwrap();
+    assert_eq!(fetched.uid(), created.uid());
+    assert_eq!(data_of(&fetched)["k"], "v");
+
+    let names: Vec<String> = api
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .map(ResourceExt::name_any)
+        .collect();
+    assert!(names.contains(&"one".to_string()) && names.contains(&name));
+
+    api.delete("one", &DeleteParams::default()).await.unwrap();
+    let missing = status(api.get("one").await);
+    assert_eq!((missing.code, missing.reason.as_str()), (404, "NotFound"));
+    target.cleanup(&ns).await;
+}
+
+#[tokio::test]
+async fn errors_carry_kubernetes_status_codes_and_reasons() {
+    let target = Target::start().await;
+    let ns = target.namespace().await;
+    let api: Api<ConfigMap> = Api::namespaced(target.client.clone(), &ns);
+    api.create(&PostParams::default(), &config_map("dup", &[], &[]))
+        .await
+        .unwrap();
+
+    let exists = status(
+        api.create(&PostParams::default(), &config_map("dup", &[], &[]))
+            .await,
+    );
+    assert_eq!(
+        (exists.code, exists.reason.as_str()),
+        (409, "AlreadyExists")
+    );
+
+    let invalid = status(
+        api.create(&PostParams::default(), &config_map("Not_Valid", &[], &[]))
+            .await,
+    );
+    assert_eq!((invalid.code, invalid.reason.as_str()), (422, "Invalid"));
+
+    let elsewhere: Api<ConfigMap> = Api::namespaced(target.client.clone(), "tp-no-such-namespace");
+    let no_ns = status(
+        elsewhere
+            .create(&PostParams::default(), &config_map("x", &[], &[]))
+            .await,
+    );
+    assert_eq!((no_ns.code, no_ns.reason.as_str()), (404, "NotFound"));
+
+    let bad_selector = status(api.list(&ListParams::default().fields("data.k=v")).await);
+    assert_eq!(
+        (bad_selector.code, bad_selector.reason.as_str()),
+        (400, "BadRequest")
+    );
+
+    let unknown = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("nothing.tenantplane.io", "v1", "Nothing"),
+        "nothings",
+    );
+    let unknown_api: Api<DynamicObject> = Api::all_with(target.client.clone(), &unknown);
+    let not_served = status(unknown_api.list(&ListParams::default()).await);
+    assert_eq!(
+        (not_served.code, not_served.reason.as_str()),
+        (404, "NotFound")
+    );
+    target.cleanup(&ns).await;
+}
+
+#[tokio::test]
+async fn stale_resource_version_update_is_a_conflict() {
+    let target = Target::start().await;
+    let ns = target.namespace().await;
+    let api: Api<ConfigMap> = Api::namespaced(target.client.clone(), &ns);
+    let original = api
+        .create(
+            &PostParams::default(),
+            &config_map("cas", &[("n", "0")], &[]),
+        )
+        .await
+        .unwrap();
+
+    let mut first = original.clone();
+    first.data = Some(BTreeMap::from([("n".into(), "1".into())]));
+    let updated = api
+        .replace("cas", &PostParams::default(), &first)
+        .await
+        .unwrap();
+    assert_ne!(updated.resource_version(), original.resource_version());
+
+    let mut stale = original.clone();
+    stale.data = Some(BTreeMap::from([("n".into(), "2".into())]));
+    let conflict = status(api.replace("cas", &PostParams::default(), &stale).await);
+    assert_eq!((conflict.code, conflict.reason.as_str()), (409, "Conflict"));
+    assert_eq!(data_of(&api.get("cas").await.unwrap())["n"], "1");
+    target.cleanup(&ns).await;
+}
+
+#[tokio::test]
+async fn merge_json_and_strategic_patches() {
+    let target = Target::start().await;
+    let ns = target.namespace().await;
+    let cms: Api<ConfigMap> = Api::namespaced(target.client.clone(), &ns);
+    cms.create(
+        &PostParams::default(),
+        &config_map("p", &[("a", "1"), ("b", "2")], &[]),
+    )
+    .await
+    .unwrap();
+
+    let merged = cms
+        .patch(
+            "p",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"data": {"a": null, "c": "3"}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        data_of(&merged),
+        BTreeMap::from([("b".into(), "2".into()), ("c".into(), "3".into())])
+    );
+
+    let ops = serde_json::from_value(json!([
+        {"op": "add", "path": "/data/d", "value": "4"},
+        {"op": "remove", "path": "/data/b"}
+    ]))
+    .unwrap();
+    let patched = cms
+        .patch("p", &PatchParams::default(), &Patch::Json::<()>(ops))
+        .await
+        .unwrap();
+    assert_eq!(
+        data_of(&patched),
+        BTreeMap::from([("c".into(), "3".into()), ("d".into(), "4".into())])
+    );
+    let failing_test = serde_json::from_value(json!([
+        {"op": "test", "path": "/data/c", "value": "not-3"}
+    ]))
+    .unwrap();
+    let failed = status(
+        cms.patch(
+            "p",
+            &PatchParams::default(),
+            &Patch::Json::<()>(failing_test),
+        )
+        .await,
+    );
+    assert_eq!(failed.code, 422);
+
+    let pods: Api<Pod> = Api::namespaced(target.client.clone(), &ns);
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "web"},
+        "spec": {"containers": [
+            {"name": "app", "image": "app:1", "env": [{"name": "A", "value": "1"}]},
+            {"name": "sidecar", "image": "sidecar:1"}
+        ]}
+    }))
+    .unwrap();
+    create_pod(&pods, &pod).await;
+    let patched = pods
+        .patch(
+            "web",
+            &PatchParams::default(),
+            &Patch::Strategic(json!({"spec": {"containers": [
+                {"name": "app", "image": "app:2", "env": [{"name": "B", "value": "2"}]}
+            ]}})),
+        )
+        .await
+        .unwrap();
+    let containers = patched.spec.unwrap().containers;
+    assert_eq!(containers.len(), 2, "strategic merge keeps the sidecar");
+    assert_eq!(containers[0].image.as_deref(), Some("app:2"));
+    let env: Vec<String> = containers[0]
+        .env
+        .iter()
+        .flatten()
+        .map(|e| e.name.clone())
+        .collect();
+    assert_eq!(env, ["A", "B"]);
+    target.cleanup(&ns).await;
+}
+
+/// Pods need the namespace's default ServiceAccount, which a real cluster
+/// creates shortly after the namespace.
+async fn create_pod(pods: &Api<Pod>, pod: &Pod) {
+    for _ in 0..100 {
+        match pods.create(&PostParams::default(), pod).await {
+            Ok(_) => return,
+            Err(kube::Error::Api(s)) if s.code == 403 => {
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+            Err(e) => panic!("creating pod: {e}"),
+        }
+    }
+    panic!("the pod could not be created");
+}
+
+#[tokio::test]
+async fn server_side_apply_tracks_managers_and_conflicts() {
+    let target = Target::start().await;
+    let ns = target.namespace().await;
+    let api: Api<ConfigMap> = Api::namespaced(target.client.clone(), &ns);
+    let applied = |data: Value| json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "ssa"}, "data": data});
+
+    let first = api
+        .patch(
+            "ssa",
+            &PatchParams::apply("alice"),
+            &Patch::Apply(applied(
+                json!({"owner": "alice", "shared": "x", "temp": "t"}),
+            )),
+        )
+        .await
+        .unwrap();
+    let managers: Vec<String> = first
+        .managed_fields()
+        .iter()
+        .filter_map(|m| m.manager.clone())
+        .collect();
+    assert_eq!(managers, ["alice"]);
+
+    let conflict = status(
+        api.patch(
+            "ssa",
+            &PatchParams::apply("bob"),
+            &Patch::Apply(applied(json!({"owner": "bob"}))),
+        )
+        .await,
+    );
+    assert_eq!((conflict.code, conflict.reason.as_str()), (409, "Conflict"));
+    let causes = conflict.details.unwrap().causes;
+    assert!(
+        causes.iter().any(|c| c.field.contains("data.owner")),
+        "{causes:?}"
+    );
+
+    // Same value: shared ownership, no conflict.
+    api.patch(
+        "ssa",
+        &PatchParams::apply("bob"),
+        &Patch::Apply(applied(json!({"shared": "x"}))),
+    )
+    .await
+    .unwrap();
+
+    let forced = api
+        .patch(
+            "ssa",
+            &PatchParams::apply("bob").force(),
+            &Patch::Apply(applied(json!({"owner": "bob", "shared": "x"}))),
+        )
+        .await
+        .unwrap();
+    assert_eq!(data_of(&forced)["owner"], "bob");
+
+    // alice stops applying `temp` (and `owner`, now bob's): temp is removed.
+    let after = api
+        .patch(
+            "ssa",
+            &PatchParams::apply("alice"),
+            &Patch::Apply(applied(json!({"shared": "x"}))),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        data_of(&after),
+        BTreeMap::from([
+            ("owner".into(), "bob".into()),
+            ("shared".into(), "x".into())
+        ])
+    );
+    target.cleanup(&ns).await;
+}
+
+#[tokio::test]
+async fn label_and_field_selectors_filter_lists() {
+    let target = Target::start().await;
+    let ns = target.namespace().await;
+    let api: Api<ConfigMap> = Api::namespaced(target.client.clone(), &ns);
+    for (name, labels) in [
+        ("a", vec![("app", "web"), ("tier", "front")]),
+        ("b", vec![("app", "web"), ("tier", "back")]),
+        ("c", vec![("app", "db")]),
+    ] {
+        api.create(&PostParams::default(), &config_map(name, &[], &labels))
+            .await
+            .unwrap();
+    }
+    let names = |lp: ListParams| {
+        let api = api.clone();
+        async move {
+            let mut names: Vec<String> = api
+                .list(&lp)
+                .await
+                .unwrap()
+                .items
+                .iter()
+                .map(ResourceExt::name_any)
+                .collect();
+            names.sort();
+            names
+        }
+    };
+    assert_eq!(
+        names(ListParams::default().labels("app=web")).await,
+        ["a", "b"]
+    );
+    assert_eq!(
+        names(ListParams::default().labels("app=web,tier!=back")).await,
+        ["a"]
+    );
+    assert_eq!(
+        names(ListParams::default().labels("tier in (back,x)")).await,
+        ["b"]
+    );
+    assert_eq!(names(ListParams::default().labels("!tier")).await, ["c"]);
+    assert_eq!(
+        names(ListParams::default().fields("metadata.name=c")).await,
+        ["c"]
+    );
+    assert_eq!(
+        names(ListParams::default().fields(&format!("metadata.namespace={ns},metadata.name!=a")))
+            .await,
+        ["b", "c"]
+    );
+
+    let all: Api<ConfigMap> = Api::all(target.client.clone());
+    let across = all
+        .list(&ListParams::default().fields(&format!("metadata.namespace={ns}")))
+        .await
+        .unwrap();
+    assert_eq!(across.items.len(), 3);
+
+    let mut paged = Vec::new();
+    let mut lp = ListParams::default().limit(2);
+    loop {
+        let page = api.list(&lp).await.unwrap();
+        paged.extend(page.items.iter().map(ResourceExt::name_any));
+        match page.metadata.continue_ {
+            Some(token) if !token.is_empty() => lp = lp.continue_token(&token),
+            _ => break,
+        }
+    }
+    paged.sort();
+    assert_eq!(paged, ["a", "b", "c"]);
+    target.cleanup(&ns).await;
+}
+
+#[tokio::test]
+async fn watch_resumes_from_a_resource_version_and_sends_bookmarks() {
+    let target = Target::start().await;
+    let ns = target.namespace().await;
+    let api: Api<ConfigMap> = Api::namespaced(target.client.clone(), &ns);
+    api.create(&PostParams::default(), &config_map("before", &[], &[]))
+        .await
+        .unwrap();
+    let list = api.list(&ListParams::default()).await.unwrap();
+    let rv = list.metadata.resource_version.unwrap();
+
+    api.create(&PostParams::default(), &config_map("after", &[], &[]))
+        .await
+        .unwrap();
+    api.patch(
+        "after",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"data": {"x": "1"}})),
+    )
+    .await
+    .unwrap();
+    api.delete("after", &DeleteParams::default()).await.unwrap();
+
+    let mut stream = api
+        .watch(&WatchParams::default(), &rv)
+        .await
+        .unwrap()
+        .boxed();
+    let mut seen = Vec::new();
+    while seen.len() < 3 {
+        match stream.try_next().await.unwrap().expect("watch ended early") {
+            WatchEvent::Added(o) => seen.push(("ADDED", o.name_any())),
+            WatchEvent::Modified(o) => seen.push(("MODIFIED", o.name_any())),
+            WatchEvent::Deleted(o) => seen.push(("DELETED", o.name_any())),
+            WatchEvent::Bookmark(_) => {}
+            WatchEvent::Error(e) => panic!("watch error {e:?}"),
+        }
+    }
+    assert_eq!(
+        seen,
+        [
+            ("ADDED", "after".to_string()),
+            ("MODIFIED", "after".to_string()),
+            ("DELETED", "after".to_string())
+        ]
+    );
+
+    // Streaming list: current objects, then a bookmark marking their end.
+    let mut initial = api
+        .watch(&WatchParams::streaming_lists(), "")
+        .await
+        .unwrap()
+        .boxed();
+    let mut added = Vec::new();
+    loop {
+        match initial
+            .try_next()
+            .await
+            .unwrap()
+            .expect("watch ended early")
+        {
+            WatchEvent::Added(o) => added.push(o.name_any()),
+            WatchEvent::Bookmark(b) => {
+                assert_eq!(
+                    b.metadata
+                        .annotations
+                        .get("k8s.io/initial-events-end")
+                        .map(String::as_str),
+                    Some("true")
+                );
+                break;
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(added, ["before"]);
+    target.cleanup(&ns).await;
+}
+
+#[tokio::test]
+async fn watch_from_a_compacted_resource_version_is_gone() {
+    // A real cluster compacts on a timer, so only the local server (with a
+    // tiny history) can be driven into this deterministically.
+    if std::env::var(support::E2E_KUBECONFIG).is_ok() {
+        eprintln!("skipped against a real cluster: compaction cannot be forced");
+        return;
+    }
+    let target = Target::start_with(LocalApiServer::builder().watch_history(4)).await;
+    let ns = target.namespace().await;
+    let api: Api<ConfigMap> = Api::namespaced(target.client.clone(), &ns);
+    let created = api
+        .create(&PostParams::default(), &config_map("churn", &[], &[]))
+        .await
+        .unwrap();
+    let old_rv = created.resource_version().unwrap();
+    for i in 0..10 {
+        api.patch(
+            "churn",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"data": {"i": i.to_string()}})),
+        )
+        .await
+        .unwrap();
+    }
+    let mut stream = api
+        .watch(&WatchParams::default(), &old_rv)
+        .await
+        .unwrap()
+        .boxed();
+    match stream.try_next().await.unwrap() {
+        Some(WatchEvent::Error(e)) => assert_eq!((e.code, e.reason.as_str()), (410, "Expired")),
+        other => panic!("expected 410 Gone, got {other:?}"),
+    }
+    target.cleanup(&ns).await;
+}
+
+#[tokio::test]
+async fn watcher_and_reflector_follow_changes() {
+    let target = Target::start().await;
+    let ns = target.namespace().await;
+    let api: Api<ConfigMap> = Api::namespaced(target.client.clone(), &ns);
+    api.create(
+        &PostParams::default(),
+        &config_map("seed", &[], &[("app", "r")]),
+    )
+    .await
+    .unwrap();
+
+    let (reader, writer) = reflector::store();
+    let config = watcher::Config::default().labels("app=r");
+    let stream = reflector(writer, watcher(api.clone(), config)).applied_objects();
+    let driver = tokio::spawn(stream.for_each(|_| async {}));
+    reader.wait_until_ready().await.unwrap();
+    assert_eq!(reader.state().len(), 1);
+
+    for name in ["r1", "r2"] {
+        api.create(
+            &PostParams::default(),
+            &config_map(name, &[], &[("app", "r")]),
+        )
+        .await
+        .unwrap();
+    }
+    api.create(
+        &PostParams::default(),
+        &config_map("other", &[], &[("app", "x")]),
+    )
+    .await
+    .unwrap();
+    api.delete("seed", &DeleteParams::default()).await.unwrap();
+    // Relabelling out of the selection is a deletion for the watcher.
+    api.patch(
+        "r2",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"labels": {"app": "gone"}}})),
+    )
+    .await
+    .unwrap();
+    eventually("the reflector holds exactly r1", || {
+        let reader = reader.clone();
+        async move {
+            let mut names: Vec<String> = reader.state().iter().map(|o| o.name_any()).collect();
+            names.sort();
+            names == ["r1"]
+        }
+    })
+    .await;
+    driver.abort();
+    target.cleanup(&ns).await;
+}
+
+#[tokio::test]
+async fn finalizers_defer_deletion_until_removed() {
+    let target = Target::start().await;
+    let ns = target.namespace().await;
+    let api: Api<ConfigMap> = Api::namespaced(target.client.clone(), &ns);
+    let mut cm = config_map("held", &[], &[]);
+    cm.metadata.finalizers = Some(vec!["tenantplane.io/test".into()]);
+    api.create(&PostParams::default(), &cm).await.unwrap();
+
+    api.delete("held", &DeleteParams::default()).await.unwrap();
+    let terminating = api.get("held").await.unwrap();
+    assert!(terminating.metadata.deletion_timestamp.is_some());
+
+    let more = status(
+        api.patch(
+            "held",
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"metadata": {"finalizers": ["tenantplane.io/test", "tenantplane.io/new"]}}),
+            ),
+        )
+        .await,
+    );
+    assert_eq!(more.code, 422);
+
+    api.patch(
+        "held",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+    )
+    .await
+    .unwrap();
+    eventually("the object is gone once its finalizers are", || {
+        let api = api.clone();
+        async move { api.get_opt("held").await.unwrap().is_none() }
+    })
+    .await;
+    target.cleanup(&ns).await;
+}
+
+#[tokio::test]
+async fn namespace_deletion_removes_its_contents() {
+    let target = Target::start().await;
+    let ns = target.namespace().await;
+    let cms: Api<ConfigMap> = Api::namespaced(target.client.clone(), &ns);
+    cms.create(&PostParams::default(), &config_map("inside", &[], &[]))
+        .await
+        .unwrap();
+    let namespaces: Api<Namespace> = Api::all(target.client.clone());
+    namespaces
+        .delete(&ns, &DeleteParams::default())
+        .await
+        .unwrap();
+
+    let refused = status(
+        cms.create(&PostParams::default(), &config_map("late", &[], &[]))
+            .await,
+    );
+    assert!(
+        [403, 404].contains(&refused.code),
+        "creating in a terminating namespace: {refused:?}"
+    );
+    eventually("the namespace and its contents are gone", || {
+        let (namespaces, cms, ns) = (namespaces.clone(), cms.clone(), ns.clone());
+        async move {
+            namespaces.get_opt(&ns).await.unwrap().is_none()
+                && cms.get_opt("inside").await.unwrap().is_none()
+        }
+    })
+    .await;
+    target.cleanup(&ns).await;
+}
+
+fn owned_by(name: &str, owner: &ConfigMap) -> ConfigMap {
+    let mut cm = config_map(name, &[], &[]);
+    cm.metadata.owner_references = Some(vec![
+        serde_json::from_value(json!({
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "name": owner.name_any(),
+            "uid": owner.uid().unwrap(),
+        }))
+        .unwrap(),
+    ]);
+    cm
+}
+
+#[tokio::test]
+async fn owner_reference_garbage_collection_and_orphaning() {
+    let target = Target::start().await;
+    let ns = target.namespace().await;
+    let api: Api<ConfigMap> = Api::namespaced(target.client.clone(), &ns);
+    let owner = api
+        .create(&PostParams::default(), &config_map("owner", &[], &[]))
+        .await
+        .unwrap();
+    api.create(&PostParams::default(), &owned_by("child", &owner))
+        .await
+        .unwrap();
+    api.delete("owner", &DeleteParams::background())
+        .await
+        .unwrap();
+    eventually("the dependent is collected", || {
+        let api = api.clone();
+        async move { api.get_opt("child").await.unwrap().is_none() }
+    })
+    .await;
+
+    let owner = api
+        .create(&PostParams::default(), &config_map("owner2", &[], &[]))
+        .await
+        .unwrap();
+    api.create(&PostParams::default(), &owned_by("orphan", &owner))
+        .await
+        .unwrap();
+    api.delete("owner2", &DeleteParams::orphan()).await.unwrap();
+    eventually("the orphan loses its owner reference", || {
+        let api = api.clone();
+        async move {
+            api.get_opt("orphan")
+                .await
+                .unwrap()
+                .is_some_and(|o| o.owner_references().is_empty())
+        }
+    })
+    .await;
+    target.cleanup(&ns).await;
+}
+
+fn crd(group: &str, scope: &str) -> CustomResourceDefinition {
+    serde_json::from_value(json!({
+        "metadata": {"name": format!("widgets.{group}")},
+        "spec": {
+            "group": group,
+            "scope": scope,
+            "names": {"plural": "widgets", "singular": "widget", "kind": "Widget", "listKind": "WidgetList"},
+            "versions": [{
+                "name": "v1",
+                "served": true,
+                "storage": true,
+                "subresources": {"status": {}},
+                "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}
+            }]
+        }
+    }))
+    .unwrap()
+}
+
+async fn install_crd(client: &Client, group: &str, scope: &str) -> ApiResource {
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    crds.create(&PostParams::default(), &crd(group, scope))
+        .await
+        .unwrap();
+    let name = format!("widgets.{group}");
+    eventually("the CRD is established", || {
+        let (crds, name) = (crds.clone(), name.clone());
+        async move {
+            crds.get(&name)
+                .await
+                .unwrap()
+                .status
+                .and_then(|s| s.conditions)
+                .unwrap_or_default()
+                .iter()
+                .any(|c| c.type_ == "Established" && c.status == "True")
+        }
+    })
+    .await;
+    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, "v1", "Widget"), "widgets")
+}
+
+fn unique_group(prefix: &str) -> String {
+    format!("{prefix}{}.semantics.tenantplane.io", std::process::id())
+}
+
+#[tokio::test]
+async fn custom_resources_with_status_subresource_and_generation() {
+    let target = Target::start().await;
+    let ns = target.namespace().await;
+    let group = unique_group("ns");
+    let resource = install_crd(&target.client, &group, "Namespaced").await;
+    let discovery = Discovery::new(target.client.clone()).run().await.unwrap();
+    assert!(
+        discovery.has_group(&group),
+        "the CRD's group is discoverable"
+    );
+
+    let api: Api<DynamicObject> = Api::namespaced_with(target.client.clone(), &ns, &resource);
+    let widget: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": format!("{group}/v1"),
+        "kind": "Widget",
+        "metadata": {"name": "w"},
+        "spec": {"size": 1},
+        "status": {"ready": true}
+    }))
+    .unwrap();
+    let created = api.create(&PostParams::default(), &widget).await.unwrap();
+    assert_eq!(created.metadata.generation, Some(1));
+    assert!(
+        created.data.get("status").is_none(),
+        "status is ignored on create"
+    );
+
+    let relabelled = api
+        .patch(
+            "w",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"x": "y"}}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        relabelled.metadata.generation,
+        Some(1),
+        "metadata changes keep generation"
+    );
+    let resized = api
+        .patch(
+            "w",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"size": 2}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        resized.metadata.generation,
+        Some(2),
+        "spec changes bump generation"
+    );
+
+    let with_status = api
+        .patch_status(
+            "w",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"ready": true}, "spec": {"size": 99}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(with_status.data["status"]["ready"], json!(true));
+    assert_eq!(
+        with_status.data["spec"]["size"],
+        json!(2),
+        "status writes ignore spec"
+    );
+    assert_eq!(with_status.metadata.generation, Some(2));
+
+    let main_write = api
+        .patch(
+            "w",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"ready": false}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        main_write.data["status"]["ready"],
+        json!(true),
+        "main writes ignore status"
+    );
+
+    let strategic = status(
+        api.patch(
+            "w",
+            &PatchParams::default(),
+            &Patch::Strategic(json!({"spec": {"size": 3}})),
+        )
+        .await,
+    );
+    assert_eq!(strategic.code, 415);
+
+    let crds: Api<CustomResourceDefinition> = Api::all(target.client.clone());
+    crds.delete(&format!("widgets.{group}"), &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually("the custom resource API goes away with its CRD", || {
+        let api = api.clone();
+        async move {
+            matches!(api.list(&ListParams::default()).await, Err(kube::Error::Api(s)) if s.code == 404)
+        }
+    })
+    .await;
+    target.cleanup(&ns).await;
+}
+
+#[tokio::test]
+async fn cluster_scoped_custom_resources() {
+    let target = Target::start().await;
+    let group = unique_group("cluster");
+    let resource = install_crd(&target.client, &group, "Cluster").await;
+    let api: Api<DynamicObject> = Api::all_with(target.client.clone(), &resource);
+    let applied = json!({
+        "apiVersion": format!("{group}/v1"),
+        "kind": "Widget",
+        "metadata": {"name": "global"},
+        "spec": {"size": 1}
+    });
+    let created = api
+        .patch(
+            "global",
+            &PatchParams::apply("semantics"),
+            &Patch::Apply(applied),
+        )
+        .await
+        .unwrap();
+    assert!(created.metadata.namespace.is_none());
+    let listed = api.list(&ListParams::default()).await.unwrap();
+    assert_eq!(listed.items.len(), 1);
+    let crds: Api<CustomResourceDefinition> = Api::all(target.client.clone());
+    crds.delete(&format!("widgets.{group}"), &DeleteParams::default())
+        .await
+        .unwrap();
+    let ns = target.namespace().await;
+    target.cleanup(&ns).await;
+}
+
+#[tokio::test]
+async fn discovery_lists_the_built_in_kinds() {
+    let target = Target::start().await;
+    let discovery = Discovery::new(target.client.clone()).run().await.unwrap();
+    let aggregated = Discovery::new(target.client.clone())
+        .run_aggregated()
+        .await
+        .unwrap();
+    for d in [&discovery, &aggregated] {
+        for (group, version, kind) in [
+            ("", "v1", "Pod"),
+            ("", "v1", "Namespace"),
+            ("", "v1", "Service"),
+            ("", "v1", "Endpoints"),
+            ("", "v1", "Secret"),
+            ("", "v1", "PersistentVolumeClaim"),
+            ("", "v1", "ServiceAccount"),
+            ("", "v1", "Event"),
+            ("", "v1", "ResourceQuota"),
+            ("", "v1", "LimitRange"),
+            ("events.k8s.io", "v1", "Event"),
+            ("networking.k8s.io", "v1", "Ingress"),
+            ("networking.k8s.io", "v1", "NetworkPolicy"),
+            ("node.k8s.io", "v1", "RuntimeClass"),
+            ("coordination.k8s.io", "v1", "Lease"),
+            (
+                "admissionregistration.k8s.io",
+                "v1",
+                "ValidatingAdmissionPolicy",
+            ),
+            (
+                "admissionregistration.k8s.io",
+                "v1",
+                "ValidatingAdmissionPolicyBinding",
+            ),
+            ("apiextensions.k8s.io", "v1", "CustomResourceDefinition"),
+        ] {
+            assert!(
+                d.resolve_gvk(&GroupVersionKind::gvk(group, version, kind))
+                    .is_some(),
+                "{group}/{version} {kind} is discoverable"
+            );
+        }
+    }
+    let version = target.client.apiserver_version().await.unwrap();
+    assert_eq!(version.major, "1");
+    let ns = target.namespace().await;
+    target.cleanup(&ns).await;
+}
+
+#[tokio::test]
+async fn persistence_survives_a_restart() {
+    if std::env::var(support::E2E_KUBECONFIG).is_ok() {
+        eprintln!("skipped against a real cluster: persistence is the local server's own");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("state.json");
+    let server = LocalApiServer::builder()
+        .persist_to(&file)
+        .start()
+        .await
+        .unwrap();
+    let api: Api<ConfigMap> = Api::default_namespaced(server.client().await.unwrap());
+    let created = api
+        .create(
+            &PostParams::default(),
+            &config_map("kept", &[("k", "v")], &[]),
+        )
+        .await
+        .unwrap();
+    server.shutdown().await.unwrap();
+
+    let server = LocalApiServer::builder()
+        .persist_to(&file)
+        .start()
+        .await
+        .unwrap();
+    let api: Api<ConfigMap> = Api::default_namespaced(server.client().await.unwrap());
+    let restored = api.get("kept").await.unwrap();
+    assert_eq!(restored.uid(), created.uid());
+    assert_eq!(data_of(&restored)["k"], "v");
+    let rv = |o: &ConfigMap| o.resource_version().unwrap().parse::<u64>().unwrap();
+    let updated = api
+        .patch(
+            "kept",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"data": {"k": "w"}})),
+        )
+        .await
+        .unwrap();
+    assert!(
+        rv(&updated) > rv(&restored),
+        "resourceVersions keep increasing"
+    );
+    server.shutdown().await.unwrap();
+}
