@@ -8,6 +8,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod commands;
+mod input;
 
 /// tenantplane: auditable multi-tenancy for Kubernetes.
 #[derive(Debug, Parser)]
@@ -21,12 +22,15 @@ struct Cli {
 enum Command {
     /// Print the CustomResourceDefinitions of Tenant, SyncPolicy and IsolationProfile.
     Crds(commands::crds::Args),
+    /// Predict, offline, where each tenant object lands and what will be refused.
+    ExplainSync(commands::explain_sync::Args),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Crds(args) => commands::crds::run(&args),
+        Command::ExplainSync(args) => commands::explain_sync::run(&args),
     };
     match result {
         Ok(code) => code,

@@ -1,0 +1,316 @@
+//! `tenantplane explain-sync`: predicts, offline, what the syncer will do with tenant objects.
+//!
+//! It runs the planner of `tenantplane-core`, the code the syncer runs, over objects read from
+//! files, directories and standard input, against an optional snapshot of host objects for
+//! collision prediction, and prints one row per object: source → host namespace/name, action,
+//! outcome, policy rule and reason. A bad document is reported with its file, document index and
+//! field; the rest of the input is still planned.
+
+use std::collections::BTreeSet;
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use serde::Serialize;
+use tenantplane_api::Tenant;
+use tenantplane_core::collision::HostObjectMeta;
+use tenantplane_core::decision::Stamp;
+use tenantplane_core::documents::Origin;
+use tenantplane_core::planner::HostState;
+use tenantplane_core::{CompiledPolicy, Decision, Outcome, Plan, Planner, TenantObject};
+
+use crate::input::{self, OutputFormat};
+
+/// Component name recorded in the decisions explain-sync prints.
+const COMPONENT: &str = "tenantplane explain-sync";
+
+/// Arguments of `tenantplane explain-sync`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Tenant objects: files, directories (searched for .yaml, .yml and .json) or `-` for stdin.
+    #[arg(required = true, value_name = "PATH")]
+    pub inputs: Vec<PathBuf>,
+
+    /// The Tenant (YAML or JSON). Default: a Tenant named `demo`, host namespace `tenant-demo`.
+    #[arg(long, value_name = "FILE")]
+    pub tenant: Option<PathBuf>,
+
+    /// The SyncPolicy (YAML or JSON). Default: the built-in `tenantplane-default` policy.
+    #[arg(long, value_name = "FILE")]
+    pub policy: Option<PathBuf>,
+
+    /// Current host objects (files or directories), to predict collisions at the target names.
+    #[arg(long = "host", value_name = "PATH")]
+    pub host: Vec<PathBuf>,
+
+    /// Output format.
+    #[arg(short = 'o', long = "output", value_enum, default_value_t = OutputFormat::Table)]
+    pub output: OutputFormat,
+
+    /// Exit with status 1 when any object gets one of these outcomes: comma-separated, case-insensitive
+    /// outcomes or their verbs (`reject,conflict`), `error` for unusable documents, `none` for never.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "error",
+        value_name = "OUTCOMES"
+    )]
+    pub fail_on: Vec<String>,
+}
+
+/// One input document's result: a plan and its decision, or why the document was unusable.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Explained {
+    /// `file document N [item M]`.
+    pub origin: String,
+    /// The plan and decision, when the document is a usable tenant object.
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub planned: Option<Planned>,
+    /// Why the document could not be planned.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<InputError>,
+}
+
+/// The plan and decision of one object.
+#[derive(Debug, Serialize)]
+pub struct Planned {
+    /// The decision record, as the syncer would record it.
+    pub decision: Decision,
+    /// Placement, verdict and collision check behind the decision.
+    pub plan: Plan,
+}
+
+/// A document that is not a usable tenant object.
+#[derive(Debug, Serialize)]
+pub struct InputError {
+    /// Offending field (`""` for a malformed document).
+    pub field: String,
+    /// What is wrong.
+    pub problem: String,
+}
+
+/// Runs explain-sync.
+pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
+    let fail_on = FailOn::parse(&args.fail_on)?;
+    let tenant = match &args.tenant {
+        Some(path) => input::read_resource::<Tenant>(path)?,
+        None => default_tenant(),
+    };
+    let policy = match &args.policy {
+        Some(path) => {
+            let text = input::read_text(path)?;
+            CompiledPolicy::from_yaml(&text)
+                .with_context(|| format!("SyncPolicy {}", path.display()))?
+        }
+        None => CompiledPolicy::builtin_default(),
+    };
+    let host = read_host_state(&args.host)?;
+    let planner = Planner::new(&tenant, policy);
+
+    let results = explain(&planner, &host, input::read_documents(&args.inputs)?);
+    let mut out = std::io::stdout().lock();
+    match args.output {
+        OutputFormat::Table => {
+            write_table(&mut out, &results)?;
+            eprintln!("{}", summary(&results));
+        }
+        OutputFormat::Json => {
+            serde_json::to_writer_pretty(&mut out, &results)?;
+            writeln!(out)?;
+        }
+        OutputFormat::Yaml => write!(out, "{}", serde_norway::to_string(&results)?)?,
+    }
+    Ok(if results.iter().any(|r| fail_on.matches(r)) {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+/// Plans every document, in input order.
+pub fn explain(
+    planner: &Planner,
+    host: &HostState,
+    documents: Vec<(Origin, Result<serde_json::Value, InputError>)>,
+) -> Vec<Explained> {
+    documents
+        .into_iter()
+        .map(|(origin, value)| {
+            let origin_text = origin.to_string();
+            let object = value.and_then(|v| {
+                TenantObject::from_value(v).map_err(|e| InputError {
+                    field: e.field().to_string(),
+                    problem: e.to_string(),
+                })
+            });
+            match object {
+                Ok(object) => {
+                    let plan = planner
+                        .plan_all([&object], host)
+                        .next()
+                        .expect("one plan per object");
+                    let decision =
+                        plan.to_decision(planner.tenant(), &object, Stamp::now(COMPONENT));
+                    Explained {
+                        origin: origin_text,
+                        planned: Some(Planned { decision, plan }),
+                        error: None,
+                    }
+                }
+                Err(error) => Explained {
+                    origin: origin_text,
+                    planned: None,
+                    error: Some(error),
+                },
+            }
+        })
+        .collect()
+}
+
+fn default_tenant() -> Tenant {
+    Tenant::new("demo", Default::default())
+}
+
+fn read_host_state(paths: &[PathBuf]) -> anyhow::Result<HostState> {
+    let mut host = HostState::default();
+    for (origin, value) in input::read_documents(paths)? {
+        let value = value.map_err(|e| anyhow::anyhow!("host object {origin}: {}", e.problem))?;
+        let meta = HostObjectMeta::from_value(&value)
+            .map_err(|e| anyhow::anyhow!("host object {origin}: {e}"))?;
+        host.insert(meta);
+    }
+    Ok(host)
+}
+
+/// The outcomes (and `error`) that make explain-sync exit with status 1.
+struct FailOn {
+    outcomes: BTreeSet<Outcome>,
+    errors: bool,
+}
+
+impl FailOn {
+    fn parse(items: &[String]) -> anyhow::Result<Self> {
+        let mut fail_on = FailOn {
+            outcomes: BTreeSet::new(),
+            errors: false,
+        };
+        for item in items.iter().map(|s| s.trim()).filter(|s| !s.is_empty()) {
+            match item {
+                "error" => fail_on.errors = true,
+                "none" => {}
+                other => {
+                    // Accept the verbs too (`reject` for Rejected, `skip` for Skipped, ...).
+                    let outcome = Outcome::ALL
+                        .into_iter()
+                        .find(|o| {
+                            o.as_str()
+                                .to_ascii_lowercase()
+                                .starts_with(&other.to_ascii_lowercase())
+                        })
+                        .filter(|_| other.len() >= 4)
+                        .map_or_else(|| other.parse::<Outcome>(), Ok)
+                        .map_err(|e| anyhow::anyhow!("--fail-on: {e}, error or none"))?;
+                    fail_on.outcomes.insert(outcome);
+                }
+            }
+        }
+        Ok(fail_on)
+    }
+
+    fn matches(&self, result: &Explained) -> bool {
+        match &result.planned {
+            Some(p) => self.outcomes.contains(&p.decision.outcome),
+            None => self.errors,
+        }
+    }
+}
+
+/// `14 objects: 6 Synced, 2 Skipped, 3 Rejected, 2 Conflict, 1 error`.
+fn summary(results: &[Explained]) -> String {
+    let mut counts = std::collections::BTreeMap::new();
+    let mut errors = 0;
+    for r in results {
+        match &r.planned {
+            Some(p) => *counts.entry(p.decision.outcome).or_insert(0) += 1,
+            None => errors += 1,
+        }
+    }
+    let mut parts: Vec<String> = counts.iter().map(|(o, n)| format!("{n} {o}")).collect();
+    if errors > 0 {
+        parts.push(format!(
+            "{errors} error{}",
+            if errors == 1 { "" } else { "s" }
+        ));
+    }
+    format!("{} documents: {}", results.len(), parts.join(", "))
+}
+
+/// The table explain-sync prints (and `--planner` mode prints identically).
+pub fn write_table(out: &mut impl Write, results: &[Explained]) -> std::io::Result<()> {
+    let mut rows = vec![[
+        "SOURCE".to_string(),
+        "HOST".to_string(),
+        "ACTION".to_string(),
+        "OUTCOME".to_string(),
+        "RULE".to_string(),
+        "REASON".to_string(),
+    ]];
+    for r in results {
+        rows.push(match (&r.planned, &r.error) {
+            (Some(p), _) => {
+                let d = &p.decision;
+                let target = d
+                    .target
+                    .as_ref()
+                    .map_or("-".to_string(), |t| format!("{}/{}", t.namespace, t.name));
+                let rule = match d.policy.as_ref() {
+                    Some(policy) => match &policy.rule {
+                        Some(rule) => format!("{}/{}", policy.name, rule),
+                        None => format!("{}/(default)", policy.name),
+                    },
+                    None => "-".to_string(),
+                };
+                [
+                    format!(
+                        "{}/{}/{}",
+                        d.subject.kind, d.subject.namespace, d.subject.name
+                    ),
+                    target,
+                    d.action.as_str().to_string(),
+                    d.outcome.to_string(),
+                    rule,
+                    match d.stripped_keys.len() {
+                        0 => d.reason.clone(),
+                        n => format!("{} ({n} reserved tenantplane.io/ keys stripped)", d.reason),
+                    },
+                ]
+            }
+            (None, Some(e)) => [
+                r.origin.clone(),
+                "-".to_string(),
+                "none".to_string(),
+                "Error".to_string(),
+                "-".to_string(),
+                e.problem.clone(),
+            ],
+            (None, None) => unreachable!("every result is planned or an error"),
+        });
+    }
+    let widths: Vec<usize> = (0..6)
+        .map(|i| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0))
+        .collect();
+    for row in &rows {
+        let mut line = String::new();
+        for (i, cell) in row.iter().enumerate() {
+            if i == row.len() - 1 {
+                line.push_str(cell);
+            } else {
+                line.push_str(&format!("{cell:<w$}   ", w = widths[i]));
+            }
+        }
+        writeln!(out, "{}", line.trim_end())?;
+    }
+    Ok(())
+}
