@@ -1,0 +1,161 @@
+//! Properties of the mapping and the collision check, over arbitrary names: long, unicode, dots,
+//! uppercase. Whatever a tenant control plane (or a malformed file) hands the core, it never
+//! panics, always yields a valid host name, and never lets two sources share a host object.
+
+use proptest::prelude::*;
+use serde_json::{Value, json};
+use tenantplane_core::collision::{self, Collision, HostObjectMeta};
+use tenantplane_core::mapping::{NameSyntax, TenantPlacement, place, provenance};
+use tenantplane_core::{CompiledPolicy, TenantObject, documents};
+
+fn arbitrary_name() -> impl Strategy<Value = String> {
+    prop_oneof![
+        "[a-z0-9]([-a-z0-9]{0,20}[a-z0-9])?",
+        "[a-z0-9.-]{1,300}",
+        "[A-Za-z0-9._ -]{1,80}",
+        "\\PC{1,40}",
+        "[a-z]{60,70}",
+    ]
+}
+
+fn kind() -> impl Strategy<Value = (&'static str, &'static str)> {
+    prop_oneof![
+        Just(("v1", "Service")),
+        Just(("v1", "Endpoints")),
+        Just(("v1", "ConfigMap")),
+        Just(("v1", "Pod")),
+        Just(("networking.k8s.io/v1", "Ingress")),
+        Just(("example.com/v1", "Widget")),
+    ]
+}
+
+fn object(api_version: &str, kind: &str, namespace: &str, name: &str, uid: &str) -> TenantObject {
+    TenantObject::from_value(json!({"apiVersion": api_version, "kind": kind,
+        "metadata": {"name": name, "namespace": namespace, "uid": uid}}))
+    .unwrap()
+}
+
+fn tenant(name: &str) -> TenantPlacement {
+    TenantPlacement { tenant: name.to_string(), host_namespace: format!("tenant-{name}") }
+}
+
+fn meta(p: &tenantplane_core::Placement) -> HostObjectMeta {
+    HostObjectMeta {
+        api_version: p.api_version.clone(),
+        kind: p.kind.clone(),
+        namespace: p.namespace.clone(),
+        name: p.name.clone(),
+        labels: p.labels.clone(),
+        annotations: p.annotations.clone(),
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    #[test]
+    fn host_names_are_always_valid_for_the_kind_and_deterministic(
+        (api_version, kind) in kind(), namespace in arbitrary_name(), name in arbitrary_name()
+    ) {
+        let o = object(api_version, kind, &namespace, &name, "u");
+        let a = place(&tenant("acme"), &o);
+        let b = place(&tenant("acme"), &o);
+        prop_assert_eq!(&a, &b);
+        let group = o.identity.group();
+        prop_assert!(NameSyntax::for_kind(group, kind).is_valid(&a.name), "{:?} for {}", a.name, kind);
+    }
+
+    #[test]
+    fn provenance_round_trips_to_the_source_identity(
+        (api_version, kind) in kind(), namespace in arbitrary_name(), name in arbitrary_name(),
+        uid in "[a-f0-9-]{0,36}"
+    ) {
+        let o = object(api_version, kind, &namespace, &name, &uid);
+        let p = place(&tenant("acme"), &o);
+        let back = provenance(&p.labels, &p.annotations).unwrap();
+        prop_assert_eq!(back.tenant, "acme");
+        prop_assert_eq!(back.source, o.identity);
+    }
+
+    #[test]
+    fn distinct_sources_sharing_a_host_name_always_conflict(
+        (api_version, kind) in kind(),
+        ns_a in arbitrary_name(), name_a in arbitrary_name(),
+        ns_b in arbitrary_name(), name_b in arbitrary_name(),
+        tenant_b in prop_oneof![Just("acme"), Just("globex")],
+    ) {
+        // Force shared names with the readable scheme's built-in ambiguity half of the time.
+        let (ns_b, name_b) = if name_b.len() % 2 == 0 {
+            (ns_a.clone(), name_a.clone())
+        } else {
+            (ns_b, name_b)
+        };
+        let a = object(api_version, kind, &ns_a, &name_a, "uid-a");
+        let b = object(api_version, kind, &ns_b, &name_b, "uid-b");
+        let pa = place(&tenant("acme"), &a);
+        let pb = place(&tenant(tenant_b), &b);
+        if pa.name == pb.name {
+            let verdict = collision::check(tenant_b, &b.identity, &pb, Some(&meta(&pa)));
+            prop_assert!(matches!(verdict, Collision::Conflict { .. }), "{:?}", verdict);
+        }
+    }
+
+    #[test]
+    fn readable_scheme_collisions_are_caught(
+        a in "[a-z]{1,8}", b in "[a-z]{1,8}", c in "[a-z]{1,8}"
+    ) {
+        // `a-x-b` in `c` and `a` in `b-x-c` both map to `a-x-b-x-c`.
+        let first = object("v1", "ConfigMap", &c, &format!("{a}-x-{b}"), "1");
+        let second = object("v1", "ConfigMap", &format!("{b}-x-{c}"), &a, "2");
+        let p1 = place(&tenant("acme"), &first);
+        let p2 = place(&tenant("acme"), &second);
+        prop_assert_eq!(&p1.name, &p2.name);
+        let verdict = collision::check("acme", &second.identity, &p2, Some(&meta(&p1)));
+        prop_assert!(matches!(verdict, Collision::Conflict { .. }), "{:?}", verdict);
+        prop_assert_eq!(collision::check("acme", &first.identity, &p1, Some(&meta(&p1))), Collision::UpdateOwn);
+    }
+
+    #[test]
+    fn nothing_panics_on_arbitrary_documents(text in "\\PC{0,400}") {
+        for doc in documents::parse("fuzz", &text).into_iter().flatten() {
+            if let Ok(o) = TenantObject::from_value(doc.value) {
+                let _ = place(&tenant("acme"), &o);
+                let _ = CompiledPolicy::builtin_default().evaluate(&o);
+            }
+        }
+    }
+
+    #[test]
+    fn nothing_panics_on_arbitrary_json_objects(v in arbitrary_json()) {
+        let candidate = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": v});
+        let o = TenantObject::from_value(candidate).unwrap();
+        let _ = CompiledPolicy::builtin_default().evaluate(&o);
+        let _ = TenantObject::from_value(o.object["spec"].clone());
+    }
+}
+
+fn arbitrary_json() -> impl Strategy<Value = Value> {
+    let leaf = prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::Bool),
+        any::<i64>().prop_map(|n| json!(n)),
+        "[a-zA-Z]{0,8}".prop_map(Value::String),
+    ];
+    leaf.prop_recursive(4, 64, 6, |inner| {
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..6).prop_map(Value::Array),
+            prop::collection::btree_map(
+                prop_oneof![
+                    Just("hostNetwork".to_string()),
+                    Just("containers".to_string()),
+                    Just("securityContext".to_string()),
+                    Just("volumes".to_string()),
+                    "[a-z]{1,6}".prop_map(|s| s),
+                ],
+                inner,
+                0..6
+            )
+            .prop_map(|m| Value::Object(m.into_iter().collect())),
+        ]
+    })
+}
