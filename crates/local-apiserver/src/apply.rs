@@ -277,12 +277,13 @@ fn write_entries(object: &mut Value, entries: Vec<ManagerEntry>) {
             v
         })
         .collect();
-    if let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut) {
-        if rendered.is_empty() {
+    if rendered.is_empty() {
+        if let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut) {
             meta.remove("managedFields");
-        } else {
-            meta.insert("managedFields".into(), Value::Array(rendered));
         }
+    } else if let Value::Object(map) = object {
+        let meta = map.entry("metadata").or_insert_with(|| json!({}));
+        meta["managedFields"] = Value::Array(rendered);
     }
 }
 
