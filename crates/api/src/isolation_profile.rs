@@ -24,6 +24,7 @@ use serde::{Deserialize, Serialize};
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("!(has(self.services) && has(self.services.denyNodePorts) && self.services.denyNodePorts && has(self.resourceQuota) && has(self.resourceQuota.hard) && 'services.nodeports' in self.resourceQuota.hard && string(self.resourceQuota.hard['services.nodeports']) != '0')").message("services.denyNodePorts refuses every node port that resourceQuota.hard['services.nodeports'] grants: set the quota to 0 or stop denying node ports").field_path(".services.denyNodePorts"))]
 pub struct IsolationProfileSpec {
     /// The named level the overrides start from.
     #[serde(default)]
@@ -46,6 +47,9 @@ pub struct IsolationProfileSpec {
     /// Image pull policy requirement.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image_pull_policy: Option<ImagePullPolicyIsolation>,
+    /// Service exposure requirement (node ports).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub services: Option<ServiceIsolation>,
 }
 
 /// Named isolation levels, from least to most restrictive.
@@ -64,14 +68,17 @@ pub struct IsolationProfileSpec {
     Ord,
 )]
 pub enum IsolationLevel {
-    /// Blocks known privilege escalations; network open inside the tenant.
+    /// Pod Security `baseline` enforced, ingress from other namespaces denied, egress open,
+    /// object-count quota (no node ports, no load balancers).
     #[serde(rename = "baseline")]
     Baseline,
-    /// Hardened pods, default-deny network, quotas: the level for shared clusters.
+    /// Pod Security `restricted` enforced, default-deny ingress and egress (DNS and traffic inside
+    /// the tenant allowed), compute and object quotas, container limits, `imagePullPolicy: Always`,
+    /// node-port Services refused at admission: the level for shared clusters.
     #[default]
     #[serde(rename = "restricted")]
     Restricted,
-    /// Restricted plus a sandboxed runtime class, tighter quotas and no egress but DNS.
+    /// Restricted plus a sandboxed runtime class (`gvisor`) and tighter quotas and limits.
     #[serde(rename = "strict")]
     Strict,
 }
@@ -79,6 +86,7 @@ pub enum IsolationLevel {
 /// Network overrides; an absent field keeps the level's value.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 #[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("!has(self.defaultDenyEgress) || self.defaultDenyEgress || (!has(self.allowedEgressCidrs) && !has(self.allowedEgressNamespaces))").message("allowedEgressCidrs and allowedEgressNamespaces only take effect with defaultDenyEgress: egress is already open when it is false").field_path(".defaultDenyEgress"))]
 pub struct NetworkIsolation {
     /// Deny all ingress not explicitly allowed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -92,11 +100,16 @@ pub struct NetworkIsolation {
     /// Allow traffic between the tenant's own pods.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub allow_intra_tenant: Option<bool>,
-    /// CIDRs the tenant's pods may reach.
+    /// CIDRs the tenant's pods may reach (network addresses, host bits zero), in addition to DNS
+    /// and the tenant itself. Only meaningful with default-deny egress.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[x_kube(validation = Rule::new("self.all(c, isCIDR(c))").message("every allowed egress CIDR must be a CIDR such as 10.0.0.0/8"))]
+    #[schemars(length(max = 64))]
     pub allowed_egress_cidrs: Vec<String>,
-    /// Host namespaces the tenant's pods may reach.
+    /// Host namespaces whose pods the tenant's pods may reach. Only meaningful with default-deny
+    /// egress.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
     pub allowed_egress_namespaces: Vec<String>,
 }
 
@@ -137,8 +150,9 @@ pub struct PodSecurityIsolation {
     /// `pod-security.kubernetes.io/warn`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub warn: Option<PodSecurityLevel>,
-    /// Version of the Pod Security Standards (`latest` or `v1.34`).
+    /// Version of the Pod Security Standards (`latest` or `v1.34`), for all three modes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^(latest|v1\.[0-9]+)$"))]
     pub version: Option<String>,
 }
 
@@ -172,8 +186,13 @@ pub enum PodSecurityLevel {
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 #[serde(rename_all = "camelCase")]
 pub struct RuntimeClassIsolation {
-    /// Every pod in the host namespace must use this runtimeClassName.
+    /// Every pod in the host namespace must use this runtimeClassName (a RuntimeClass the cluster
+    /// has, e.g. `gvisor` or `kata`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(
+        length(min = 1, max = 253),
+        regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+    )]
     pub required: Option<String>,
 }
 
@@ -185,6 +204,16 @@ pub struct ImagePullPolicyIsolation {
     /// not reused by another tenant without credentials).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub require_always: Option<bool>,
+}
+
+/// Service exposure requirement.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct ServiceIsolation {
+    /// Refuse Services of type NodePort and LoadBalancer (which opens node ports too) at
+    /// admission, so a tenant cannot open a port on every node of the host cluster.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deny_node_ports: Option<bool>,
 }
 
 /// Observed state of an IsolationProfile.

@@ -28,6 +28,16 @@ pub const MAPPING_VERSION: &str = "tenantplane.io/mapping-version";
 /// Annotation: id of the decision that last wrote the host object.
 pub const DECISION_ID: &str = "tenantplane.io/decision-id";
 
+/// Annotation: name of the IsolationProfile an isolation object was compiled from.
+pub const ISOLATION_PROFILE: &str = "tenantplane.io/isolation-profile";
+/// Annotation: `metadata.generation` of that IsolationProfile.
+pub const ISOLATION_PROFILE_GENERATION: &str = "tenantplane.io/isolation-profile-generation";
+/// Annotation: the isolation level of that IsolationProfile.
+pub const ISOLATION_LEVEL: &str = "tenantplane.io/isolation-level";
+/// Annotation: the IsolationProfile field paths that produced the object, comma-separated
+/// (`spec.level` when the level's default decided).
+pub const ISOLATION_FIELD: &str = "tenantplane.io/isolation-field";
+
 /// True for a key tenantplane reserves for itself.
 pub fn is_reserved(key: &str) -> bool {
     key.starts_with(PREFIX)
