@@ -66,7 +66,7 @@ impl Draft {
         }
     }
 
-    fn from_fields<'a>(mut self, fields: impl IntoIterator<Item = &'a str>) -> Draft {
+    fn decided_by<'a>(mut self, fields: impl IntoIterator<Item = &'a str>) -> Draft {
         self.fields.extend(fields.into_iter().map(str::to_string));
         self
     }
@@ -175,7 +175,7 @@ impl Target {
 
     fn namespace(&self, s: &Settings) -> Draft {
         let mut d = Draft::new("v1", "Namespace", &self.namespace, json!({}))
-            .from_fields([
+            .decided_by([
                 &*s.enforce.field,
                 &s.audit.field,
                 &s.warn.field,
@@ -223,7 +223,7 @@ impl Target {
                     "tenantplane-default-deny",
                     json!({ "podSelector": {}, "policyTypes": types }),
                 )
-                .from_fields([&*s.deny_ingress.field, &s.deny_egress.field])
+                .decided_by([&*s.deny_ingress.field, &s.deny_egress.field])
                 .because(format!(
                     "denies all {} traffic of the tenant's pods that no other policy allows",
                     types.join(" and ").to_lowercase()
@@ -247,7 +247,7 @@ impl Target {
                         }],
                     }),
                 )
-                .from_fields([&*s.allow_dns.field, &s.deny_egress.field])
+                .decided_by([&*s.allow_dns.field, &s.deny_egress.field])
                 .because("lets the tenant's pods resolve names: egress to the cluster DNS (kube-system, k8s-app=kube-dns) on port 53"),
             );
         }
@@ -270,7 +270,7 @@ impl Target {
             }
             out.push(
                 network_policy("tenantplane-allow-intra-tenant", spec)
-                    .from_fields([
+                    .decided_by([
                         &*s.allow_intra_tenant.field,
                         &s.deny_ingress.field,
                         &s.deny_egress.field,
@@ -290,7 +290,7 @@ impl Target {
                     "tenantplane-allow-egress-cidrs",
                     json!({ "podSelector": {}, "policyTypes": ["Egress"], "egress": [{ "to": peers }] }),
                 )
-                .from_fields([&*s.egress_cidrs.field])
+                .decided_by([&*s.egress_cidrs.field])
                 .because(format!("allows egress to {}", s.egress_cidrs.value.join(", "))),
             );
         }
@@ -306,7 +306,7 @@ impl Target {
                     "tenantplane-allow-egress-namespaces",
                     json!({ "podSelector": {}, "policyTypes": ["Egress"], "egress": [{ "to": peers }] }),
                 )
-                .from_fields([&*s.egress_namespaces.field])
+                .decided_by([&*s.egress_namespaces.field])
                 .because(format!(
                     "allows egress to the pods of namespace(s) {}",
                     s.egress_namespaces.value.join(", ")
@@ -401,7 +401,7 @@ impl Target {
                 "validations": [{ "expression": expression, "message": message, "reason": "Forbidden" }],
             }}),
         )
-        .from_fields([field])
+        .decided_by([field])
         .because(explanation);
         policy.namespaced = false;
         let mut binding = Draft::new(
@@ -416,7 +416,7 @@ impl Target {
                 },
             }}),
         )
-        .from_fields([field])
+        .decided_by([field])
         .because(format!("applies {name} to the host namespace {}", self.namespace));
         binding.namespaced = false;
         [policy, binding]
@@ -434,7 +434,7 @@ fn resource_quota(s: &Settings) -> Option<Draft> {
             "tenantplane-quota",
             json!({ "spec": { "hard": values(&s.quota) } }),
         )
-        .from_fields(s.quota.values().map(|q| q.field.as_str()))
+        .decided_by(s.quota.values().map(|q| q.field.as_str()))
         .because(format!(
             "caps the tenant's use of the host: {}",
             s.quota
@@ -463,7 +463,7 @@ fn limit_range(s: &Settings) -> Option<Draft> {
     }
     Some(
         Draft::new("v1", "LimitRange", "tenantplane-limits", json!({ "spec": { "limits": [limit] } }))
-            .from_fields(parts.iter().flat_map(|(_, q)| q.values().map(|v| v.field.as_str())))
+            .decided_by(parts.iter().flat_map(|(_, q)| q.values().map(|v| v.field.as_str())))
             .because("gives every container default requests and limits (so the compute quota can count it) and caps its size"),
     )
 }
