@@ -1,0 +1,113 @@
+//! Group commit: many callers append concurrently, one task commits their decisions in batches.
+//!
+//! [`Appender::append`] resolves only after the transaction holding the decision has
+//! committed, so the syncer can write the decision id on a host object knowing the decision is
+//! durable. While one batch commits, the next one fills up from the queue: under load batches
+//! grow to [`AppenderConfig::max_batch`] and one commit (one fsync) covers them all; when idle
+//! a lone decision commits at once, with no timer to wait for.
+
+use std::sync::Arc;
+
+use tenantplane_core::decision::Decision;
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
+
+use crate::Error;
+use crate::store::{Appended, DecisionStore};
+
+/// Tuning of the appender.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AppenderConfig {
+    /// Most decisions in one transaction.
+    pub max_batch: usize,
+    /// Requests that may wait in the queue before `append` waits for room.
+    pub queue: usize,
+}
+
+impl Default for AppenderConfig {
+    fn default() -> Self {
+        AppenderConfig {
+            max_batch: 2048,
+            queue: 65_536,
+        }
+    }
+}
+
+type Reply = oneshot::Sender<Result<Vec<Appended>, Arc<Error>>>;
+
+/// A handle to the group-commit task; cheap to clone. The task ends when every handle is
+/// dropped, after committing what was queued.
+#[derive(Clone, Debug)]
+pub struct Appender {
+    queue: mpsc::Sender<(Vec<Decision>, Reply)>,
+}
+
+impl Appender {
+    /// Starts the group-commit task on `store`.
+    pub fn spawn(
+        store: Arc<dyn DecisionStore>,
+        config: AppenderConfig,
+    ) -> (Appender, JoinHandle<()>) {
+        let (queue, rx) = mpsc::channel(config.queue.max(1));
+        let task = tokio::spawn(run(store, rx, config.max_batch.max(1)));
+        (Appender { queue }, task)
+    }
+
+    /// Appends one decision; resolves once it is committed.
+    pub async fn append(&self, decision: Decision) -> Result<Appended, Error> {
+        let mut appended = self.append_all(vec![decision]).await?;
+        appended.pop().ok_or(Error::Closed)
+    }
+
+    /// Appends decisions, kept together and in order in one transaction; resolves once they
+    /// are committed.
+    pub async fn append_all(&self, decisions: Vec<Decision>) -> Result<Vec<Appended>, Error> {
+        let (reply, done) = oneshot::channel();
+        self.queue
+            .send((decisions, reply))
+            .await
+            .map_err(|_| Error::Closed)?;
+        done.await.map_err(|_| Error::Closed)?.map_err(Error::Batch)
+    }
+}
+
+async fn run(
+    store: Arc<dyn DecisionStore>,
+    mut rx: mpsc::Receiver<(Vec<Decision>, Reply)>,
+    max_batch: usize,
+) {
+    while let Some(first) = rx.recv().await {
+        let mut requests = vec![first];
+        let mut size = requests[0].0.len();
+        while size < max_batch {
+            match rx.try_recv() {
+                Ok(next) => {
+                    size += next.0.len();
+                    requests.push(next);
+                }
+                Err(_) => break,
+            }
+        }
+        let mut decisions = Vec::with_capacity(size);
+        let mut replies = Vec::with_capacity(requests.len());
+        for (batch, reply) in requests {
+            replies.push((batch.len(), reply));
+            decisions.extend(batch);
+        }
+        match store.append_batch(decisions).await {
+            Ok(appended) => {
+                let mut appended = appended.into_iter();
+                for (n, reply) in replies {
+                    // A caller that stopped waiting does not undo its append.
+                    let _ = reply.send(Ok(appended.by_ref().take(n).collect()));
+                }
+            }
+            Err(e) => {
+                let e = Arc::new(e);
+                for (_, reply) in replies {
+                    let _ = reply.send(Err(e.clone()));
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,485 @@
+//! The hash chain: canonical JSON, the link hash, checkpoints and the verifier.
+//!
+//! The chain is global: one sequence for every tenant. Link `n` stores
+//! `hash(n) = SHA-256("tenantplane.decision.v1\n" ‖ n ‖ "\n" ‖ hash(n-1) ‖ "\n" ‖ record)`, where
+//! `record` is the decision as canonical JSON (object keys sorted, no whitespace) and is stored
+//! byte for byte, so that verification recomputes exactly what was hashed. Link 1 chains to
+//! [`GENESIS_HASH`]. Retention removes a prefix of the chain and records a [`Checkpoint`] holding
+//! the hash of the last removed link; checkpoints are chained among themselves the same way.
+//!
+//! Both the database verifier and the JSON Lines verifier feed links to one [`Verifier`], which
+//! reports the first broken link.
+
+use std::fmt;
+
+use k8s_openapi::jiff::Timestamp;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+use tenantplane_core::decision::Decision;
+
+use crate::Error;
+
+/// The previous hash of the first link ever appended.
+pub const GENESIS_HASH: &str = "0000000000000000000000000000000000000000000000000000000000000000";
+
+/// Domain separation for link hashes.
+const LINK_DOMAIN: &str = "tenantplane.decision.v1";
+/// Domain separation for checkpoint hashes.
+const CHECKPOINT_DOMAIN: &str = "tenantplane.checkpoint.v1";
+
+/// One link of the chain as stored: what verification needs, nothing parsed.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Link {
+    /// Global sequence number, from 1, without gaps.
+    pub sequence: u64,
+    /// Hash of the previous link (hex).
+    pub prev_hash: String,
+    /// Hash of this link (hex).
+    pub hash: String,
+    /// The decision as canonical JSON: the exact bytes that were hashed.
+    pub record: String,
+}
+
+impl Link {
+    /// Chains `decision` after `(prev_sequence, prev_hash)`.
+    pub fn new(decision: &Decision, prev_sequence: u64, prev_hash: &str) -> Result<Link, Error> {
+        let record = canonical_json(&serde_json::to_value(decision)?);
+        let sequence = prev_sequence + 1;
+        Ok(Link {
+            sequence,
+            hash: link_hash(sequence, prev_hash, &record),
+            prev_hash: prev_hash.to_string(),
+            record,
+        })
+    }
+
+    /// The decision this link records.
+    pub fn decision(&self) -> Result<Decision, Error> {
+        Ok(serde_json::from_str(&self.record)?)
+    }
+}
+
+/// A decision with its place in the chain: what queries and Watch return.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Entry {
+    /// Global sequence number.
+    pub sequence: u64,
+    /// Hash of the previous link (hex).
+    pub prev_hash: String,
+    /// Hash of this link (hex).
+    pub hash: String,
+    /// The decision.
+    pub decision: Decision,
+}
+
+impl TryFrom<Link> for Entry {
+    type Error = Error;
+    fn try_from(link: Link) -> Result<Entry, Error> {
+        Ok(Entry {
+            decision: link.decision()?,
+            sequence: link.sequence,
+            prev_hash: link.prev_hash,
+            hash: link.hash,
+        })
+    }
+}
+
+/// The last link of the chain (sequence 0 and [`GENESIS_HASH`] for an empty log).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Head {
+    /// Sequence of the last link appended.
+    pub sequence: u64,
+    /// Its hash.
+    pub hash: String,
+}
+
+impl Head {
+    /// The head of an empty log.
+    pub fn genesis() -> Head {
+        Head {
+            sequence: 0,
+            hash: GENESIS_HASH.to_string(),
+        }
+    }
+}
+
+/// Where retention cut the chain: the links before `next_sequence` are gone, and the last of
+/// them had hash `anchor_hash`. Checkpoints chain to each other like links do.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Checkpoint {
+    /// Checkpoint number, from 1.
+    pub number: u64,
+    /// When retention ran.
+    pub time: Timestamp,
+    /// The first link kept.
+    pub next_sequence: u64,
+    /// Hash of the last link removed (the `prev_hash` of link `next_sequence`).
+    pub anchor_hash: String,
+    /// How many links this retention run removed.
+    pub removed: u64,
+    /// Hash of the previous checkpoint ([`GENESIS_HASH`] for the first).
+    pub prev_hash: String,
+    /// Hash of this checkpoint.
+    pub hash: String,
+}
+
+impl Checkpoint {
+    /// A checkpoint after `prev` (if any) cutting the chain before `next_sequence`.
+    pub fn new(
+        prev: Option<&Checkpoint>,
+        time: Timestamp,
+        next_sequence: u64,
+        anchor_hash: String,
+        removed: u64,
+    ) -> Checkpoint {
+        let (number, prev_hash) = match prev {
+            Some(p) => (p.number + 1, p.hash.clone()),
+            None => (1, GENESIS_HASH.to_string()),
+        };
+        let mut checkpoint = Checkpoint {
+            number,
+            time,
+            next_sequence,
+            anchor_hash,
+            removed,
+            prev_hash,
+            hash: String::new(),
+        };
+        checkpoint.hash = checkpoint.compute_hash();
+        checkpoint
+    }
+
+    fn compute_hash(&self) -> String {
+        let text = format!(
+            "{CHECKPOINT_DOMAIN}\n{}\n{}\n{}\n{}\n{}\n{}",
+            self.number,
+            self.prev_hash,
+            self.time,
+            self.next_sequence,
+            self.anchor_hash,
+            self.removed
+        );
+        hex::encode(Sha256::digest(text.as_bytes()))
+    }
+}
+
+/// The hash of link `sequence` with previous hash `prev_hash` over canonical `record`.
+pub fn link_hash(sequence: u64, prev_hash: &str, record: &str) -> String {
+    let mut h = Sha256::new();
+    h.update(LINK_DOMAIN.as_bytes());
+    h.update(b"\n");
+    h.update(sequence.to_string().as_bytes());
+    h.update(b"\n");
+    h.update(prev_hash.as_bytes());
+    h.update(b"\n");
+    h.update(record.as_bytes());
+    hex::encode(h.finalize())
+}
+
+/// Canonical JSON: object keys sorted by their UTF-8 bytes, no insignificant whitespace,
+/// serde_json's string and number formatting. Independent of serde_json's `preserve_order`.
+pub fn canonical_json(value: &Value) -> String {
+    let mut out = String::new();
+    write_canonical(value, &mut out);
+    out
+}
+
+fn write_canonical(value: &Value, out: &mut String) {
+    match value {
+        Value::Object(map) => {
+            let mut keys: Vec<&String> = map.keys().collect();
+            keys.sort();
+            out.push('{');
+            for (i, k) in keys.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                out.push_str(&Value::String(k.clone()).to_string());
+                out.push(':');
+                write_canonical(&map[k], out);
+            }
+            out.push('}');
+        }
+        Value::Array(items) => {
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                write_canonical(item, out);
+            }
+            out.push(']');
+        }
+        scalar => out.push_str(&scalar.to_string()),
+    }
+}
+
+/// Why verification stopped.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", tag = "kind")]
+pub enum Break {
+    /// A link is missing or links are out of order.
+    SequenceGap {
+        /// The sequence that should have come next.
+        expected: u64,
+        /// The sequence found instead.
+        found: u64,
+    },
+    /// A link does not chain to its predecessor: a link before it was removed, inserted or
+    /// replaced, or links were reordered.
+    PrevHashMismatch {
+        /// The link whose `prev_hash` is wrong.
+        sequence: u64,
+    },
+    /// A link's content does not match its hash: the record was edited.
+    HashMismatch {
+        /// The edited link.
+        sequence: u64,
+    },
+    /// A record is not canonical JSON of a decision.
+    BadRecord {
+        /// The link.
+        sequence: u64,
+        /// What is wrong.
+        detail: String,
+    },
+    /// A checkpoint does not chain to the previous one or was edited.
+    BadCheckpoint {
+        /// The checkpoint number.
+        number: u64,
+    },
+    /// The recorded chain head does not match the last link: links were removed at the end.
+    HeadMismatch {
+        /// The recorded head.
+        recorded: Head,
+        /// The last link found.
+        found: Head,
+    },
+    /// A link the auditor recorded earlier is not in the chain with the recorded hash.
+    AnchorMismatch {
+        /// The recorded sequence.
+        sequence: u64,
+    },
+}
+
+impl fmt::Display for Break {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Break::SequenceGap { expected, found } => write!(
+                f,
+                "sequence gap: expected link {expected}, found {found} (links removed or reordered)"
+            ),
+            Break::PrevHashMismatch { sequence } => write!(
+                f,
+                "link {sequence} does not chain to link {} (a link was removed, inserted, replaced or reordered)",
+                sequence.saturating_sub(1)
+            ),
+            Break::HashMismatch { sequence } => {
+                write!(f, "link {sequence} does not match its hash (record edited)")
+            }
+            Break::BadRecord { sequence, detail } => {
+                write!(
+                    f,
+                    "link {sequence} is not a canonical decision record: {detail}"
+                )
+            }
+            Break::BadCheckpoint { number } => {
+                write!(
+                    f,
+                    "checkpoint {number} is edited or does not chain to the previous one"
+                )
+            }
+            Break::HeadMismatch { recorded, found } => write!(
+                f,
+                "the chain ends at link {} but the recorded head is link {} (links removed at the end)",
+                found.sequence, recorded.sequence
+            ),
+            Break::AnchorMismatch { sequence } => write!(
+                f,
+                "link {sequence} is missing or differs from the recorded anchor"
+            ),
+        }
+    }
+}
+
+/// The outcome of a verification.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct VerifyReport {
+    /// Links checked.
+    pub links: u64,
+    /// First sequence checked (the latest checkpoint's `next_sequence`, or 1).
+    pub first_sequence: u64,
+    /// The last link that verified: record it to anchor a later verification.
+    pub head: Head,
+    /// Checkpoints checked.
+    pub checkpoints: u64,
+    /// The first broken link, if any.
+    pub first_break: Option<Break>,
+}
+
+impl VerifyReport {
+    /// True when nothing is broken.
+    pub fn is_ok(&self) -> bool {
+        self.first_break.is_none()
+    }
+}
+
+/// Checks links one at a time, in sequence order, and stops at the first break.
+#[derive(Debug)]
+pub struct Verifier {
+    report: VerifyReport,
+    anchor: Option<Head>,
+    anchor_seen: bool,
+}
+
+impl Verifier {
+    /// A verifier starting after the latest of `checkpoints` (or at genesis), optionally
+    /// requiring that the link `anchor.sequence` has hash `anchor.hash`.
+    pub fn new(checkpoints: &[Checkpoint], anchor: Option<Head>) -> Verifier {
+        let mut report = VerifyReport {
+            links: 0,
+            first_sequence: 1,
+            head: Head::genesis(),
+            checkpoints: 0,
+            first_break: None,
+        };
+        let mut prev: Option<&Checkpoint> = None;
+        for c in checkpoints {
+            let expected_prev = prev.map_or(GENESIS_HASH, |p| p.hash.as_str());
+            let expected_number = prev.map_or(1, |p| p.number + 1);
+            if c.number != expected_number
+                || c.prev_hash != expected_prev
+                || c.hash != c.compute_hash()
+                || prev.is_some_and(|p| c.next_sequence < p.next_sequence)
+            {
+                report.first_break = Some(Break::BadCheckpoint { number: c.number });
+                break;
+            }
+            report.checkpoints += 1;
+            prev = Some(c);
+        }
+        if let Some(c) = prev {
+            report.first_sequence = c.next_sequence;
+            report.head = Head {
+                sequence: c.next_sequence - 1,
+                hash: c.anchor_hash.clone(),
+            };
+        }
+        // An anchor inside the removed prefix cannot be checked any more; one at the cut can.
+        let anchor_seen = anchor
+            .as_ref()
+            .is_some_and(|a| a.sequence < report.head.sequence);
+        let mut verifier = Verifier {
+            report,
+            anchor,
+            anchor_seen,
+        };
+        verifier.check_anchor();
+        verifier
+    }
+
+    /// True once a break was found; further links are ignored.
+    pub fn is_broken(&self) -> bool {
+        self.report.first_break.is_some()
+    }
+
+    /// Checks the next link.
+    pub fn push(&mut self, link: &Link) {
+        if self.is_broken() {
+            return;
+        }
+        let expected = self.report.head.sequence + 1;
+        let found = if link.sequence != expected {
+            Some(Break::SequenceGap {
+                expected,
+                found: link.sequence,
+            })
+        } else if link.prev_hash != self.report.head.hash {
+            Some(Break::PrevHashMismatch {
+                sequence: link.sequence,
+            })
+        } else if link_hash(link.sequence, &link.prev_hash, &link.record) != link.hash {
+            Some(Break::HashMismatch {
+                sequence: link.sequence,
+            })
+        } else {
+            check_record(link)
+        };
+        match found {
+            Some(b) => self.report.first_break = Some(b),
+            None => {
+                self.report.links += 1;
+                self.report.head = Head {
+                    sequence: link.sequence,
+                    hash: link.hash.clone(),
+                };
+                self.check_anchor();
+            }
+        }
+    }
+
+    fn check_anchor(&mut self) {
+        if let Some(a) = &self.anchor
+            && !self.anchor_seen
+            && a.sequence == self.report.head.sequence
+        {
+            self.anchor_seen = true;
+            if a.hash != self.report.head.hash {
+                self.report.first_break = Some(Break::AnchorMismatch {
+                    sequence: a.sequence,
+                });
+            }
+        }
+    }
+
+    /// Ends verification, comparing the last link with the recorded head when there is one
+    /// (a database has one; a JSON Lines export carries it as its last line).
+    pub fn finish(mut self, recorded_head: Option<&Head>) -> VerifyReport {
+        if self.is_broken() {
+            return self.report;
+        }
+        if let Some(recorded) = recorded_head
+            && *recorded != self.report.head
+        {
+            self.report.first_break = Some(Break::HeadMismatch {
+                recorded: recorded.clone(),
+                found: self.report.head.clone(),
+            });
+        } else if let Some(a) = &self.anchor
+            && !self.anchor_seen
+        {
+            self.report.first_break = Some(Break::AnchorMismatch {
+                sequence: a.sequence,
+            });
+        }
+        self.report
+    }
+}
+
+/// A record must be a decision in canonical form: otherwise two different texts could stand
+/// for one decision, and what the hash covers would be ambiguous.
+fn check_record(link: &Link) -> Option<Break> {
+    let bad = |detail: String| {
+        Some(Break::BadRecord {
+            sequence: link.sequence,
+            detail,
+        })
+    };
+    let value: Value = match serde_json::from_str(&link.record) {
+        Ok(v) => v,
+        Err(e) => return bad(e.to_string()),
+    };
+    if canonical_json(&value) != link.record {
+        return bad("not in canonical form".to_string());
+    }
+    match serde_json::from_value::<Decision>(value) {
+        Ok(_) => None,
+        Err(e) => bad(e.to_string()),
+    }
+}

@@ -1,0 +1,299 @@
+//! The embedded backend: one SQLite file in WAL mode with `synchronous = FULL`, so a commit
+//! is on disk when it returns. One writer connection (appends take the database write lock
+//! with `BEGIN IMMEDIATE`, which also serializes writers in other processes) and a small pool
+//! of reader connections, which WAL lets read while the writer commits. rusqlite is
+//! synchronous: every call runs on tokio's blocking pool.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use k8s_openapi::jiff::Timestamp;
+use rusqlite::types::{ToSqlOutput, Value};
+use rusqlite::{Connection, OptionalExtension, Row, ToSql, TransactionBehavior, params_from_iter};
+use tenantplane_core::decision::Decision;
+use tokio::sync::watch;
+
+use crate::Error;
+use crate::chain::{Checkpoint, Entry, Head, Link};
+use crate::query::{Page, Query};
+use crate::sql::{self, SQLITE, SqlValue};
+use crate::store::{
+    Appended, DecisionStore, Retention, StoreFuture, age_limit, head_signal, retention_cutoff,
+};
+
+impl ToSql for SqlValue {
+    fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {
+        Ok(match self {
+            SqlValue::Int(i) => ToSqlOutput::Owned(Value::Integer(*i)),
+            SqlValue::Text(s) => ToSqlOutput::Borrowed(s.as_str().into()),
+        })
+    }
+}
+
+/// A decision log in a SQLite file.
+#[derive(Clone, Debug)]
+pub struct SqliteStore {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    path: PathBuf,
+    writer: Mutex<Connection>,
+    readers: Mutex<Vec<Connection>>,
+    head: watch::Sender<u64>,
+}
+
+impl SqliteStore {
+    /// Opens (creating if needed) the log at `path` and migrates its schema.
+    pub async fn open(path: impl AsRef<Path>) -> Result<SqliteStore, Error> {
+        let path = path.as_ref().to_path_buf();
+        blocking(move || {
+            let mut writer = connect(&path)?;
+            migrate(&mut writer)?;
+            let head = read_head(&writer)?;
+            Ok(SqliteStore {
+                inner: Arc::new(Inner {
+                    path,
+                    writer: Mutex::new(writer),
+                    readers: Mutex::new(Vec::new()),
+                    head: head_signal(head.sequence),
+                }),
+            })
+        })
+        .await
+    }
+
+    async fn write<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut Connection) -> Result<T, Error> + Send + 'static,
+    ) -> Result<T, Error> {
+        let inner = self.inner.clone();
+        blocking(move || {
+            let mut conn = inner.writer.lock().unwrap_or_else(|p| p.into_inner());
+            f(&mut conn)
+        })
+        .await
+    }
+
+    async fn read<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Connection) -> Result<T, Error> + Send + 'static,
+    ) -> Result<T, Error> {
+        let inner = self.inner.clone();
+        blocking(move || {
+            let pooled = inner
+                .readers
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .pop();
+            let conn = match pooled {
+                Some(c) => c,
+                None => connect(&inner.path)?,
+            };
+            let result = f(&conn);
+            inner
+                .readers
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(conn);
+            result
+        })
+        .await
+    }
+}
+
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, Error> + Send + 'static,
+) -> Result<T, Error> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| Error::Task(e.to_string()))?
+}
+
+fn connect(path: &Path) -> Result<Connection, Error> {
+    let conn = Connection::open(path)?;
+    conn.busy_timeout(std::time::Duration::from_secs(10))?;
+    conn.pragma_update(None, "journal_mode", "WAL")?;
+    conn.pragma_update(None, "synchronous", "FULL")?;
+    Ok(conn)
+}
+
+fn migrate(conn: &mut Connection) -> Result<(), Error> {
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    tx.execute(sql::CREATE_MIGRATIONS, [])?;
+    let applied: Vec<i64> = tx
+        .prepare(sql::APPLIED_MIGRATIONS)?
+        .query_map([], |r| r.get(0))?
+        .collect::<Result<_, _>>()?;
+    for (version, name, statements) in sql::migrations(&SQLITE) {
+        if applied.contains(&version) {
+            continue;
+        }
+        for statement in &statements {
+            tx.execute(statement, [])?;
+        }
+        tx.execute(
+            sql::RECORD_MIGRATION,
+            params_from_iter([SqlValue::Int(version), name.into()]),
+        )?;
+    }
+    tx.commit()?;
+    Ok(())
+}
+
+fn read_head(conn: &Connection) -> Result<Head, Error> {
+    Ok(conn.query_row(sql::SELECT_HEAD, [], |r| {
+        Ok(Head {
+            sequence: sql::to_u64(r.get(0)?),
+            hash: r.get(1)?,
+        })
+    })?)
+}
+
+fn link_from(r: &Row<'_>) -> rusqlite::Result<Link> {
+    Ok(Link {
+        sequence: sql::to_u64(r.get(0)?),
+        prev_hash: r.get(1)?,
+        hash: r.get(2)?,
+        record: r.get(3)?,
+    })
+}
+
+fn links(conn: &Connection, sql: &str, values: Vec<SqlValue>) -> Result<Vec<Link>, Error> {
+    let mut stmt = conn.prepare_cached(sql)?;
+    let rows = stmt.query_map(params_from_iter(values), link_from)?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
+fn read_checkpoints(conn: &Connection) -> Result<Vec<Checkpoint>, Error> {
+    let mut stmt = conn.prepare_cached(sql::SELECT_CHECKPOINTS)?;
+    let rows = stmt.query_map([], |r| {
+        Ok((
+            r.get::<_, i64>(0)?,
+            r.get::<_, String>(1)?,
+            r.get::<_, i64>(2)?,
+            r.get::<_, String>(3)?,
+            r.get::<_, i64>(4)?,
+            r.get::<_, String>(5)?,
+            r.get::<_, String>(6)?,
+        ))
+    })?;
+    rows.map(|r| {
+        let (n, t, next, anchor, removed, prev, hash) = r?;
+        sql::checkpoint_from(n, &t, next, anchor, removed, prev, hash)
+    })
+    .collect()
+}
+
+fn optional_i64(conn: &Connection, sql: &str, values: Vec<SqlValue>) -> Result<Option<i64>, Error> {
+    Ok(conn
+        .query_row(sql, params_from_iter(values), |r| {
+            r.get::<_, Option<i64>>(0)
+        })
+        .optional()?
+        .flatten())
+}
+
+impl DecisionStore for SqliteStore {
+    fn append_batch(&self, decisions: Vec<Decision>) -> StoreFuture<'_, Vec<Appended>> {
+        Box::pin(async move {
+            let (appended, head) = self
+                .write(move |conn| {
+                    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+                    let batch = sql::chain_batch(read_head(&tx)?, &decisions)?;
+                    {
+                        let mut insert = tx.prepare_cached(sql::INSERT_DECISION)?;
+                        for row in batch.rows {
+                            insert.execute(params_from_iter(row))?;
+                        }
+                    }
+                    tx.execute(
+                        sql::UPDATE_HEAD,
+                        params_from_iter(sql::head_row(&batch.head)),
+                    )?;
+                    tx.commit()?;
+                    Ok((batch.appended, batch.head.sequence))
+                })
+                .await?;
+            self.inner.head.send_replace(head);
+            Ok(appended)
+        })
+    }
+
+    fn get(&self, id: String) -> StoreFuture<'_, Option<Entry>> {
+        Box::pin(async move {
+            let found = self
+                .read(move |conn| links(conn, sql::GET_BY_ID, vec![SqlValue::Text(id)]))
+                .await?;
+            found.into_iter().next().map(Entry::try_from).transpose()
+        })
+    }
+
+    fn query(&self, query: Query) -> StoreFuture<'_, Page> {
+        Box::pin(async move {
+            let (text, values) = sql::select_query(&query);
+            let found = self.read(move |conn| links(conn, &text, values)).await?;
+            crate::query::page(found, query.effective_limit())
+        })
+    }
+
+    fn links_after(&self, sequence: u64, limit: u32) -> StoreFuture<'_, Vec<Link>> {
+        Box::pin(self.read(move |conn| {
+            links(
+                conn,
+                sql::LINKS_AFTER,
+                vec![
+                    SqlValue::Int(sql::to_i64(sequence)),
+                    SqlValue::Int(i64::from(limit)),
+                ],
+            )
+        }))
+    }
+
+    fn head(&self) -> StoreFuture<'_, Head> {
+        Box::pin(self.read(read_head))
+    }
+
+    fn checkpoints(&self) -> StoreFuture<'_, Vec<Checkpoint>> {
+        Box::pin(self.read(read_checkpoints))
+    }
+
+    fn retain(&self, retention: Retention, now: Timestamp) -> StoreFuture<'_, Option<Checkpoint>> {
+        Box::pin(self.write(move |conn| {
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let head = read_head(&tx)?;
+            let first = optional_i64(&tx, sql::FIRST_SEQ, vec![])?.map(sql::to_u64);
+            let aged = match age_limit(&retention, now) {
+                Some(t) => optional_i64(&tx, sql::LAST_SEQ_BEFORE, vec![SqlValue::Int(t)])?
+                    .map(sql::to_u64),
+                None => None,
+            };
+            let Some(cut) = retention_cutoff(&retention, head.sequence, first, aged) else {
+                return Ok(None);
+            };
+            let anchor: String = tx.query_row(
+                sql::HASH_OF,
+                params_from_iter([SqlValue::Int(sql::to_i64(cut))]),
+                |r| r.get(0),
+            )?;
+            let previous = read_checkpoints(&tx)?.pop();
+            let removed = tx.execute(
+                sql::DELETE_THROUGH,
+                params_from_iter([SqlValue::Int(sql::to_i64(cut))]),
+            )?;
+            let checkpoint =
+                Checkpoint::new(previous.as_ref(), now, cut + 1, anchor, removed as u64);
+            tx.execute(
+                sql::INSERT_CHECKPOINT,
+                params_from_iter(sql::checkpoint_row(&checkpoint)),
+            )?;
+            tx.commit()?;
+            Ok(Some(checkpoint))
+        }))
+    }
+
+    fn subscribe(&self) -> watch::Receiver<u64> {
+        self.inner.head.subscribe()
+    }
+}

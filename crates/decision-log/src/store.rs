@@ -1,0 +1,178 @@
+//! The store interface both backends implement, chosen by URL, and what is built on it once
+//! for both: verification and reading entries.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use k8s_openapi::jiff::Timestamp;
+use serde::{Deserialize, Serialize};
+use tenantplane_core::decision::Decision;
+use tokio::sync::watch;
+
+use crate::Error;
+use crate::chain::{Checkpoint, Entry, Head, Link, Verifier, VerifyReport};
+use crate::postgres::PostgresStore;
+use crate::query::{Page, Query};
+use crate::sqlite::SqliteStore;
+
+/// What a store method returns.
+pub type StoreFuture<'a, T> = BoxFuture<'a, Result<T, Error>>;
+
+/// Where an appended decision landed in the chain.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Appended {
+    /// The decision id.
+    pub id: String,
+    /// Its sequence number.
+    pub sequence: u64,
+    /// Its link hash.
+    pub hash: String,
+}
+
+/// How much history to keep. Links older than `max_age`, and links beyond the newest
+/// `max_links`, are removed; a [`Checkpoint`] records where the chain was cut.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Retention {
+    /// Remove decisions taken longer ago than this.
+    pub max_age: Option<Duration>,
+    /// Keep at most this many links.
+    pub max_links: Option<u64>,
+}
+
+/// A decision log store. Appends are atomic per batch and serialized across writers (the
+/// chain head row is locked in the transaction), so sequences are gap-free in commit order.
+///
+/// Methods return boxed futures so that the store can be shared as `Arc<dyn DecisionStore>`.
+pub trait DecisionStore: Send + Sync + fmt::Debug {
+    /// Appends `decisions` in order, in one transaction; resolves once it is committed.
+    fn append_batch(&self, decisions: Vec<Decision>) -> StoreFuture<'_, Vec<Appended>>;
+    /// The entry recording decision `id`.
+    fn get(&self, id: String) -> StoreFuture<'_, Option<Entry>>;
+    /// One page of entries matching a filter.
+    fn query(&self, query: Query) -> StoreFuture<'_, Page>;
+    /// Up to `limit` links after `sequence`, in order (Watch, verify, export).
+    fn links_after(&self, sequence: u64, limit: u32) -> StoreFuture<'_, Vec<Link>>;
+    /// The recorded chain head.
+    fn head(&self) -> StoreFuture<'_, Head>;
+    /// The retention checkpoints, oldest first.
+    fn checkpoints(&self) -> StoreFuture<'_, Vec<Checkpoint>>;
+    /// Applies `retention` as of `now`; returns the checkpoint when something was removed.
+    fn retain(&self, retention: Retention, now: Timestamp) -> StoreFuture<'_, Option<Checkpoint>>;
+    /// The head sequence after each append made through this store object.
+    fn subscribe(&self) -> watch::Receiver<u64>;
+}
+
+/// Opens the store a URL names, creating or migrating its schema:
+/// `sqlite:PATH`, `sqlite://PATH` or a plain file path for SQLite, and
+/// `postgres://...` or `postgresql://...` for PostgreSQL.
+pub async fn open(url: &str) -> Result<Arc<dyn DecisionStore>, Error> {
+    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        Ok(Arc::new(PostgresStore::connect(url).await?))
+    } else {
+        let path = url
+            .strip_prefix("sqlite://")
+            .or_else(|| url.strip_prefix("sqlite:"))
+            .unwrap_or(url);
+        if path.is_empty() || path.contains("://") {
+            return Err(Error::Url(url.to_string()));
+        }
+        Ok(Arc::new(SqliteStore::open(path).await?))
+    }
+}
+
+/// How many links verification and export read per round trip.
+pub(crate) const SCAN_CHUNK: u32 = 10_000;
+
+/// Verifies the whole chain of `store`: the checkpoints, every link from the latest
+/// checkpoint on, and the recorded head; optionally that link `anchor.sequence` still has
+/// the hash an auditor recorded earlier.
+pub async fn verify(
+    store: &dyn DecisionStore,
+    anchor: Option<Head>,
+) -> Result<VerifyReport, Error> {
+    // The head first: links appended while verifying are past it and left for next time.
+    let head = store.head().await?;
+    let checkpoints = store.checkpoints().await?;
+    let mut verifier = Verifier::new(&checkpoints, anchor);
+    let mut after = checkpoints
+        .last()
+        .map_or(0, |c| c.next_sequence.saturating_sub(1));
+    while !verifier.is_broken() && after < head.sequence {
+        let links = store.links_after(after, SCAN_CHUNK).await?;
+        let Some(last) = links.last() else { break };
+        after = last.sequence;
+        for link in links.iter().take_while(|l| l.sequence <= head.sequence) {
+            verifier.push(link);
+        }
+    }
+    Ok(verifier.finish(Some(&head)))
+}
+
+/// Up to `limit` entries after `sequence`, in order.
+pub async fn entries_after(
+    store: &dyn DecisionStore,
+    sequence: u64,
+    limit: u32,
+) -> Result<Vec<Entry>, Error> {
+    store
+        .links_after(sequence, limit)
+        .await?
+        .into_iter()
+        .map(Entry::try_from)
+        .collect()
+}
+
+/// The last sequence retention removes, if any: everything older than the age cut, and
+/// everything before the newest `max_links`.
+pub(crate) fn retention_cutoff(
+    retention: &Retention,
+    head: u64,
+    first: Option<u64>,
+    last_older_than_max_age: Option<u64>,
+) -> Option<u64> {
+    let first = first?;
+    let by_count = retention
+        .max_links
+        .and_then(|keep| head.checked_sub(keep))
+        .filter(|&cut| cut > 0);
+    let cut = by_count.max(last_older_than_max_age)?;
+    (cut >= first).then_some(cut)
+}
+
+/// The time before which retention removes decisions.
+pub(crate) fn age_limit(retention: &Retention, now: Timestamp) -> Option<i64> {
+    let age = retention.max_age?;
+    let micros = i64::try_from(age.as_micros()).unwrap_or(i64::MAX);
+    Some(now.as_microsecond().saturating_sub(micros))
+}
+
+/// The head signal a store publishes after each append.
+pub(crate) fn head_signal(initial: u64) -> watch::Sender<u64> {
+    watch::Sender::new(initial)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retention_keeps_the_newest_links() {
+        let keep_10 = Retention {
+            max_age: None,
+            max_links: Some(10),
+        };
+        assert_eq!(retention_cutoff(&keep_10, 100, Some(1), None), Some(90));
+        assert_eq!(retention_cutoff(&keep_10, 100, Some(91), None), None);
+        assert_eq!(retention_cutoff(&keep_10, 5, Some(1), None), None);
+        assert_eq!(retention_cutoff(&keep_10, 100, None, None), None);
+        // The stricter of the two limits wins.
+        assert_eq!(retention_cutoff(&keep_10, 100, Some(1), Some(95)), Some(95));
+        assert_eq!(
+            retention_cutoff(&Retention::default(), 100, Some(1), None),
+            None
+        );
+    }
+}
