@@ -24,6 +24,8 @@ enum Command {
     Crds(commands::crds::Args),
     /// Predict, offline, where each tenant object lands and what will be refused.
     ExplainSync(commands::explain_sync::Args),
+    /// Compile an IsolationProfile for a Tenant into the host objects that enforce it, offline.
+    CompileIsolation(commands::compile_isolation::Args),
 }
 
 fn main() -> ExitCode {
@@ -31,6 +33,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Crds(args) => commands::crds::run(&args),
         Command::ExplainSync(args) => commands::explain_sync::run(&args),
+        Command::CompileIsolation(args) => commands::compile_isolation::run(&args),
     };
     match result {
         Ok(code) => code,

@@ -1,4 +1,5 @@
 //! One module per subcommand; each exposes `Args` (clap) and `run`.
 
+pub mod compile_isolation;
 pub mod crds;
 pub mod explain_sync;
