@@ -17,7 +17,7 @@
 //! object by object and maps them onto the Multi-Tenancy Benchmarks.
 
 mod objects;
-pub mod quantity;
+mod quantity;
 mod settings;
 
 use serde::{Deserialize, Serialize, de::DeserializeOwned};

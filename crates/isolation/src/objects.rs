@@ -162,7 +162,7 @@ impl Target {
         object.insert("metadata".into(), metadata);
         object.extend(d.body);
         CompiledObject {
-            object: Value::Object(object),
+            object: sorted_keys(Value::Object(object)),
             provenance: IsolationProvenance {
                 profile: self.profile.clone(),
                 generation: self.generation,
@@ -466,6 +466,20 @@ fn limit_range(s: &Settings) -> Option<Draft> {
             .decided_by(parts.iter().flat_map(|(_, q)| q.values().map(|v| v.field.as_str())))
             .because("gives every container default requests and limits (so the compute quota can count it) and caps its size"),
     )
+}
+
+/// The object with every map's keys in sorted order, whether or not serde_json's
+/// `preserve_order` feature is on in the build: output bytes never depend on feature unification.
+fn sorted_keys(value: Value) -> Value {
+    match value {
+        Value::Object(map) => {
+            let sorted: BTreeMap<String, Value> =
+                map.into_iter().map(|(k, v)| (k, sorted_keys(v))).collect();
+            Value::Object(sorted.into_iter().collect())
+        }
+        Value::Array(items) => Value::Array(items.into_iter().map(sorted_keys).collect()),
+        other => other,
+    }
 }
 
 fn values(quantities: &Quantities) -> Value {
