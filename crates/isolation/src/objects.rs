@@ -39,7 +39,7 @@ struct Draft {
     name: String,
     namespaced: bool,
     labels: BTreeMap<String, String>,
-    body: Map<String, Value>,
+    spec: Option<Value>,
     fields: Vec<String>,
     explanation: String,
 }
@@ -49,18 +49,15 @@ impl Draft {
         api_version: &'static str,
         kind: &'static str,
         name: impl Into<String>,
-        body: Value,
+        spec: Option<Value>,
     ) -> Draft {
-        let Value::Object(body) = body else {
-            unreachable!("object bodies are JSON objects")
-        };
         Draft {
             api_version,
             kind,
             name: name.into(),
             namespaced: true,
             labels: BTreeMap::new(),
-            body,
+            spec,
             fields: Vec::new(),
             explanation: String::new(),
         }
@@ -73,6 +70,11 @@ impl Draft {
 
     fn because(mut self, explanation: impl Into<String>) -> Draft {
         self.explanation = explanation.into();
+        self
+    }
+
+    fn cluster_scoped(mut self) -> Draft {
+        self.namespaced = false;
         self
     }
 }
@@ -160,7 +162,9 @@ impl Target {
         object.insert("apiVersion".into(), json!(d.api_version));
         object.insert("kind".into(), json!(d.kind));
         object.insert("metadata".into(), metadata);
-        object.extend(d.body);
+        if let Some(spec) = d.spec {
+            object.insert("spec".into(), spec);
+        }
         CompiledObject {
             object: sorted_keys(Value::Object(object)),
             provenance: IsolationProvenance {
@@ -174,7 +178,7 @@ impl Target {
     }
 
     fn namespace(&self, s: &Settings) -> Draft {
-        let mut d = Draft::new("v1", "Namespace", &self.namespace, json!({}))
+        let mut d = Draft::new("v1", "Namespace", &self.namespace, None)
             .decided_by([
                 &*s.enforce.field,
                 &s.audit.field,
@@ -187,8 +191,8 @@ impl Target {
                 pss(&s.audit),
                 pss(&s.warn),
                 s.version.value
-            ));
-        d.namespaced = false;
+            ))
+            .cluster_scoped();
         for (mode, level) in [
             ("enforce", &s.enforce),
             ("audit", &s.audit),
@@ -204,13 +208,8 @@ impl Target {
 
     fn network_policies(&self, s: &Settings) -> Vec<Draft> {
         let (ingress, egress) = (s.deny_ingress.value, s.deny_egress.value);
-        let network_policy = |name: &str, body: Value| {
-            Draft::new(
-                "networking.k8s.io/v1",
-                "NetworkPolicy",
-                name,
-                json!({ "spec": body }),
-            )
+        let network_policy = |name: &str, spec: Value| {
+            Draft::new("networking.k8s.io/v1", "NetworkPolicy", name, Some(spec))
         };
         let mut out = Vec::new();
         if ingress || egress {
@@ -391,34 +390,34 @@ impl Target {
         explanation: &str,
     ) -> [Draft; 2] {
         let name = format!("tenantplane-{}-{purpose}", self.tenant);
-        let mut policy = Draft::new(
+        let policy = Draft::new(
             "admissionregistration.k8s.io/v1",
             "ValidatingAdmissionPolicy",
             &name,
-            json!({ "spec": {
+            Some(json!({
                 "failurePolicy": "Fail",
                 "matchConstraints": match_constraints,
                 "validations": [{ "expression": expression, "message": message, "reason": "Forbidden" }],
-            }}),
+            })),
         )
         .decided_by([field])
-        .because(explanation);
-        policy.namespaced = false;
-        let mut binding = Draft::new(
+        .because(explanation)
+        .cluster_scoped();
+        let binding = Draft::new(
             "admissionregistration.k8s.io/v1",
             "ValidatingAdmissionPolicyBinding",
             &name,
-            json!({ "spec": {
+            Some(json!({
                 "policyName": name,
                 "validationActions": ["Deny"],
                 "matchResources": {
                     "namespaceSelector": { "matchLabels": { "kubernetes.io/metadata.name": self.namespace } },
                 },
-            }}),
+            })),
         )
         .decided_by([field])
-        .because(format!("applies {name} to the host namespace {}", self.namespace));
-        binding.namespaced = false;
+        .because(format!("applies {name} to the host namespace {}", self.namespace))
+        .cluster_scoped();
         [policy, binding]
     }
 }
@@ -432,7 +431,7 @@ fn resource_quota(s: &Settings) -> Option<Draft> {
             "v1",
             "ResourceQuota",
             "tenantplane-quota",
-            json!({ "spec": { "hard": values(&s.quota) } }),
+            Some(json!({ "hard": values(&s.quota) })),
         )
         .decided_by(s.quota.values().map(|q| q.field.as_str()))
         .because(format!(
@@ -462,7 +461,7 @@ fn limit_range(s: &Settings) -> Option<Draft> {
         }
     }
     Some(
-        Draft::new("v1", "LimitRange", "tenantplane-limits", json!({ "spec": { "limits": [limit] } }))
+        Draft::new("v1", "LimitRange", "tenantplane-limits", Some(json!({ "limits": [limit] })))
             .decided_by(parts.iter().flat_map(|(_, q)| q.values().map(|v| v.field.as_str())))
             .because("gives every container default requests and limits (so the compute quota can count it) and caps its size"),
     )
