@@ -19,6 +19,7 @@ pub mod mapping;
 pub mod object;
 pub mod planner;
 pub mod policy;
+pub mod translate;
 
 pub use collision::Collision;
 pub use decision::{Decision, Outcome};

@@ -1,0 +1,849 @@
+//! Translation between a tenant object and its host object, both ways, as pure functions.
+//!
+//! Down ([`to_host`]): the desired host object of a tenant object that the SyncPolicy syncs.
+//!
+//! * metadata comes from the [`Placement`] (host namespace and name, the tenant's labels and
+//!   annotations minus reserved keys, provenance), plus [`DESIRED_DIGEST`]; nothing else of the
+//!   tenant's metadata crosses (no uid, resourceVersion, ownerReferences, finalizers, ...);
+//! * `status` never crosses: the host owns it, and [`status_to_tenant`] brings it back up;
+//! * references to other tenant objects are rewritten through [`mapping::host_name`], so a Pod's
+//!   ConfigMap reference lands on exactly the host ConfigMap the ConfigMap itself maps to;
+//! * fields the host must own are dropped (a Service's clusterIP and node ports, a Pod's
+//!   nodeName, a PVC's volumeName);
+//! * what would let a tenant reach host credentials or host-scoped objects, or cannot be mapped,
+//!   is refused with an [`Untranslatable`] naming the field and a reason, which the syncer records
+//!   as a Rejected decision.
+//!
+//! The [`DESIRED_DIGEST`] annotation is the SHA-256 of the desired object itself (without the
+//! decision id): when the live host object carries the same digest, nothing tenantplane sets has
+//! changed and the syncer writes nothing, whatever the host's defaulting or admission added.
+//!
+//! Kinds without a dedicated rule (custom resources, or any namespaced kind a policy syncs) cross
+//! with their body unchanged apart from `metadata` and `status`.
+
+use serde_json::{Map, Value, json};
+use sha2::{Digest, Sha256};
+use tenantplane_api::provenance;
+
+use crate::mapping::{self, NameSyntax, Placement, TenantPlacement};
+use crate::object::TenantObject;
+
+/// Annotation on every host object: digest of the desired object tenantplane last wrote.
+pub const DESIRED_DIGEST: &str = "tenantplane.io/desired-digest";
+
+/// The host object a tenant object should become.
+#[derive(Clone, Debug, PartialEq)]
+pub struct HostDesired {
+    /// The desired host object (apiVersion, kind, metadata, body), decision id not yet set.
+    pub object: Value,
+    /// `sha256:` of the desired object, also in its [`DESIRED_DIGEST`] annotation.
+    pub digest: String,
+    /// What the translation changed that a reader of the decision should know (e.g. a dropped
+    /// service account token projection).
+    pub notes: Vec<String>,
+}
+
+/// A tenant object that cannot be placed on the host safely.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{field_path}: {message}")]
+pub struct Untranslatable {
+    /// Machine reason, UpperCamelCase.
+    pub reason: &'static str,
+    /// The offending field of the tenant object.
+    pub field_path: String,
+    /// Human explanation.
+    pub message: String,
+}
+
+fn refuse(reason: &'static str, field_path: impl Into<String>, message: impl Into<String>) -> Untranslatable {
+    Untranslatable {
+        reason,
+        field_path: field_path.into(),
+        message: message.into(),
+    }
+}
+
+/// Rewrites names of tenant objects in one tenant namespace to their host names.
+struct Refs<'a> {
+    tenant: &'a str,
+    namespace: &'a str,
+}
+
+impl Refs<'_> {
+    fn host(&self, group: &str, kind: &str, name: &str) -> String {
+        mapping::host_name(self.tenant, group, kind, self.namespace, name).0
+    }
+
+    /// Rewrites the string at `obj[field]` (when present) to the host name of a `kind` object.
+    fn rewrite(&self, obj: &mut Value, field: &str, group: &str, kind: &str) {
+        if let Some(Value::String(name)) = obj.get_mut(field) {
+            *name = self.host(group, kind, name);
+        }
+    }
+}
+
+/// The desired host object for `object` placed at `placement` in `tenant`.
+pub fn to_host(
+    tenant: &TenantPlacement,
+    object: &TenantObject,
+    placement: &Placement,
+) -> Result<HostDesired, Untranslatable> {
+    let refs = Refs {
+        tenant: &tenant.tenant,
+        namespace: &object.identity.namespace,
+    };
+    let mut body = match &object.object {
+        Value::Object(map) => map.clone(),
+        _ => Map::new(),
+    };
+    for field in ["apiVersion", "kind", "metadata", "status"] {
+        body.remove(field);
+    }
+    let mut body = Value::Object(body);
+    let mut notes = Vec::new();
+    match (object.identity.group(), object.identity.kind.as_str()) {
+        ("", "Pod") => pod(&refs, object, &mut body, &mut notes)?,
+        ("", "Service") => service(&refs, &mut body),
+        ("", "Endpoints") => endpoints(&refs, tenant, object, placement, &mut body)?,
+        ("", "Secret") => secret(&mut body)?,
+        ("", "PersistentVolumeClaim") => pvc(&refs, &mut body, &mut notes),
+        ("", "ServiceAccount") => service_account(&refs, &mut body, &mut notes),
+        ("networking.k8s.io", "Ingress") => ingress(&refs, &mut body),
+        _ => {}
+    }
+
+    let labels: Map<String, Value> = placement
+        .labels
+        .iter()
+        .map(|(k, v)| (k.clone(), json!(v)))
+        .collect();
+    let mut annotations: Map<String, Value> = placement
+        .annotations
+        .iter()
+        .filter(|(k, _)| k.as_str() != provenance::DECISION_ID && k.as_str() != DESIRED_DIGEST)
+        .map(|(k, v)| (k.clone(), json!(v)))
+        .collect();
+    let Value::Object(mut out) = json!({
+        "apiVersion": placement.api_version,
+        "kind": placement.kind,
+        "metadata": {
+            "name": placement.name,
+            "namespace": placement.namespace,
+            "labels": labels,
+            "annotations": annotations.clone(),
+        },
+    }) else {
+        unreachable!("a json! object literal is an object")
+    };
+    if let Value::Object(body) = body {
+        for (k, v) in body {
+            out.insert(k, v);
+        }
+    }
+    let digest = digest(&Value::Object(out.clone()));
+    annotations.insert(DESIRED_DIGEST.into(), json!(digest));
+    out["metadata"]["annotations"] = Value::Object(annotations);
+    Ok(HostDesired {
+        object: Value::Object(out),
+        digest,
+        notes,
+    })
+}
+
+/// `sha256:` of a JSON value (serde_json keeps object keys sorted, so the encoding is canonical).
+pub fn digest(value: &Value) -> String {
+    let json = serde_json::to_vec(value).expect("a JSON value always serializes");
+    format!("sha256:{}", hex::encode(Sha256::digest(json)))
+}
+
+/// The digest a live host object records, if any.
+pub fn recorded_digest(host: &Value) -> Option<&str> {
+    host.pointer("/metadata/annotations")
+        .and_then(|a| a.get(DESIRED_DIGEST))
+        .and_then(Value::as_str)
+}
+
+const CONTAINER_LISTS: [&str; 3] = ["containers", "initContainers", "ephemeralContainers"];
+
+/// Downward API field paths that would show the host object's identity, and the host metadata
+/// that carries the tenant's value instead (written by the mapping on every host object).
+fn downward_field(path: &str) -> Option<String> {
+    match path {
+        "metadata.name" => Some(format!("metadata.annotations['{}']", provenance::SOURCE_NAME)),
+        "metadata.namespace" => Some(format!(
+            "metadata.labels['{}']",
+            provenance::SOURCE_NAMESPACE
+        )),
+        "metadata.uid" => Some(format!("metadata.labels['{}']", provenance::SOURCE_UID)),
+        _ => None,
+    }
+}
+
+fn rewrite_field_ref(field_ref: &mut Value) {
+    if let Some(Value::String(path)) = field_ref.get_mut("fieldPath")
+        && let Some(host) = downward_field(path)
+    {
+        *path = host;
+    }
+}
+
+fn pod(
+    refs: &Refs<'_>,
+    object: &TenantObject,
+    body: &mut Value,
+    notes: &mut Vec<String>,
+) -> Result<(), Untranslatable> {
+    let Some(spec) = body.get_mut("spec").and_then(Value::as_object_mut) else {
+        return Err(refuse("PodSpecMissing", "spec", "a Pod needs a spec"));
+    };
+    // The host schedules the pod; a tenant-chosen node or deprecated alias does not cross.
+    spec.remove("nodeName");
+    spec.remove("serviceAccount");
+    if let Some(Value::String(class)) = spec.get("priorityClassName")
+        && class.starts_with("system-")
+    {
+        return Err(refuse(
+            "SystemPriorityClassForbidden",
+            "spec.priorityClassName",
+            format!("priority class {class} is reserved for the host's system components"),
+        ));
+    }
+    if spec.get("resourceClaims").is_some_and(|v| !v.is_null()) {
+        return Err(refuse(
+            "ResourceClaimsNotSupported",
+            "spec.resourceClaims",
+            "dynamic resource claims are not synced, so a claim cannot be mapped to the host",
+        ));
+    }
+    // Service account: the tenant's, mapped; the host never mounts a host token into the pod.
+    let sa = spec
+        .get("serviceAccountName")
+        .and_then(Value::as_str)
+        .unwrap_or("default")
+        .to_string();
+    spec.insert(
+        "serviceAccountName".into(),
+        json!(refs.host("", "ServiceAccount", &sa)),
+    );
+    spec.insert("automountServiceAccountToken".into(), json!(false));
+    // The pod's hostname is the tenant's name for it, not the host name.
+    if !spec.contains_key("hostname")
+        && NameSyntax::Dns1035Label.is_valid(&object.identity.name)
+    {
+        spec.insert("hostname".into(), json!(object.identity.name));
+    }
+    if let Some(Value::String(subdomain)) = spec.get_mut("subdomain") {
+        *subdomain = refs.host("", "Service", subdomain);
+    }
+    if let Some(Value::Array(secrets)) = spec.get_mut("imagePullSecrets") {
+        for s in secrets {
+            refs.rewrite(s, "name", "", "Secret");
+        }
+    }
+    for list in CONTAINER_LISTS {
+        let Some(Value::Array(containers)) = spec.get_mut(list) else {
+            continue;
+        };
+        for c in containers {
+            if let Some(Value::Array(env)) = c.get_mut("env") {
+                for e in env {
+                    let Some(from) = e.get_mut("valueFrom") else {
+                        continue;
+                    };
+                    if let Some(r) = from.get_mut("configMapKeyRef") {
+                        refs.rewrite(r, "name", "", "ConfigMap");
+                    }
+                    if let Some(r) = from.get_mut("secretKeyRef") {
+                        refs.rewrite(r, "name", "", "Secret");
+                    }
+                    if let Some(r) = from.get_mut("fieldRef") {
+                        rewrite_field_ref(r);
+                    }
+                }
+            }
+            if let Some(Value::Array(env_from)) = c.get_mut("envFrom") {
+                for e in env_from {
+                    if let Some(r) = e.get_mut("configMapRef") {
+                        refs.rewrite(r, "name", "", "ConfigMap");
+                    }
+                    if let Some(r) = e.get_mut("secretRef") {
+                        refs.rewrite(r, "name", "", "Secret");
+                    }
+                }
+            }
+        }
+    }
+    if let Some(Value::Array(volumes)) = spec.get_mut("volumes") {
+        for (i, v) in volumes.iter_mut().enumerate() {
+            volume(refs, i, v, notes)?;
+        }
+    }
+    Ok(())
+}
+
+/// Volume sources that name a Secret in a field the mapping does not rewrite (legacy in-tree
+/// drivers): refused rather than pointed at a host Secret of the same name.
+const LEGACY_SECRET_VOLUMES: [&str; 8] = [
+    "azureFile",
+    "cephfs",
+    "cinder",
+    "flexVolume",
+    "iscsi",
+    "rbd",
+    "scaleIO",
+    "storageos",
+];
+
+fn volume(
+    refs: &Refs<'_>,
+    i: usize,
+    v: &mut Value,
+    notes: &mut Vec<String>,
+) -> Result<(), Untranslatable> {
+    let at = format!("spec.volumes[{i}]");
+    if let Some(cm) = v.get_mut("configMap") {
+        refs.rewrite(cm, "name", "", "ConfigMap");
+    }
+    if let Some(s) = v.get_mut("secret") {
+        refs.rewrite(s, "secretName", "", "Secret");
+    }
+    if let Some(c) = v.get_mut("persistentVolumeClaim") {
+        refs.rewrite(c, "claimName", "", "PersistentVolumeClaim");
+    }
+    if let Some(csi) = v.get_mut("csi")
+        && let Some(r) = csi.get_mut("nodePublishSecretRef")
+    {
+        refs.rewrite(r, "name", "", "Secret");
+    }
+    for legacy in LEGACY_SECRET_VOLUMES {
+        if let Some(source) = v.get(legacy)
+            && (source.get("secretRef").is_some() || source.get("secretName").is_some())
+        {
+            return Err(refuse(
+                "VolumeSecretNotMappable",
+                format!("{at}.{legacy}"),
+                format!("the {legacy} volume's Secret reference cannot be mapped to the host"),
+            ));
+        }
+    }
+    if let Some(items) = v
+        .get_mut("downwardAPI")
+        .and_then(|d| d.get_mut("items"))
+        .and_then(Value::as_array_mut)
+    {
+        for item in items {
+            if let Some(r) = item.get_mut("fieldRef") {
+                rewrite_field_ref(r);
+            }
+        }
+    }
+    let Some(Value::Array(sources)) = v.get_mut("projected").and_then(|p| p.get_mut("sources"))
+    else {
+        return Ok(());
+    };
+    let mut kept = Vec::with_capacity(sources.len());
+    for (j, mut s) in std::mem::take(sources).into_iter().enumerate() {
+        if s.get("serviceAccountToken").is_some() {
+            // A projected token would be minted by the host for the host service account: it
+            // must never reach a tenant pod.
+            notes.push(format!(
+                "{at}.projected.sources[{j}].serviceAccountToken dropped: a tenant pod never \
+                 receives a host service account token"
+            ));
+            continue;
+        }
+        if s.get("clusterTrustBundle").is_some() {
+            return Err(refuse(
+                "ClusterTrustBundleNotMappable",
+                format!("{at}.projected.sources[{j}].clusterTrustBundle"),
+                "cluster trust bundles are host-scoped objects a tenant cannot name",
+            ));
+        }
+        if let Some(cm) = s.get_mut("configMap") {
+            refs.rewrite(cm, "name", "", "ConfigMap");
+        }
+        if let Some(secret) = s.get_mut("secret") {
+            refs.rewrite(secret, "name", "", "Secret");
+        }
+        if let Some(items) = s
+            .get_mut("downwardAPI")
+            .and_then(|d| d.get_mut("items"))
+            .and_then(Value::as_array_mut)
+        {
+            for item in items {
+                if let Some(r) = item.get_mut("fieldRef") {
+                    rewrite_field_ref(r);
+                }
+            }
+        }
+        kept.push(s);
+    }
+    *sources = kept;
+    Ok(())
+}
+
+fn service(refs: &Refs<'_>, body: &mut Value) {
+    let Some(spec) = body.get_mut("spec").and_then(Value::as_object_mut) else {
+        return;
+    };
+    // The host allocates addresses and node ports; "None" (headless) is a request, not an address.
+    let headless = spec.get("clusterIP").and_then(Value::as_str) == Some("None");
+    spec.remove("clusterIPs");
+    spec.remove("healthCheckNodePort");
+    if !headless {
+        spec.remove("clusterIP");
+    }
+    if let Some(Value::Array(ports)) = spec.get_mut("ports") {
+        for p in ports.iter_mut().filter_map(Value::as_object_mut) {
+            p.remove("nodePort");
+        }
+    }
+    // Every tenant namespace shares the host namespace: the selector must also pin the tenant
+    // namespace, which the mapping writes as a label on every host pod.
+    if let Some(Value::Object(selector)) = spec.get_mut("selector") {
+        selector.retain(|k, _| !provenance::is_reserved(k));
+        selector.insert(
+            provenance::SOURCE_NAMESPACE.into(),
+            json!(refs.namespace),
+        );
+    }
+}
+
+fn endpoints(
+    refs: &Refs<'_>,
+    tenant: &TenantPlacement,
+    object: &TenantObject,
+    placement: &Placement,
+    body: &mut Value,
+) -> Result<(), Untranslatable> {
+    // An Endpoints object belongs to the Service of the same name, on the host too.
+    let service = refs.host("", "Service", &object.identity.name);
+    if service != placement.name {
+        return Err(refuse(
+            "EndpointsNameNotMappable",
+            "metadata.name",
+            format!(
+                "the host Service of this Endpoints is {service} but the Endpoints maps to {}; \
+                 a name this long cannot be kept paired on the host",
+                placement.name
+            ),
+        ));
+    }
+    let Some(Value::Array(subsets)) = body.get_mut("subsets") else {
+        return Ok(());
+    };
+    for subset in subsets {
+        for list in ["addresses", "notReadyAddresses"] {
+            let Some(Value::Array(addresses)) = subset.get_mut(list) else {
+                continue;
+            };
+            for a in addresses {
+                let Some(target) = a.get_mut("targetRef").and_then(Value::as_object_mut) else {
+                    continue;
+                };
+                let kind = target.get("kind").and_then(Value::as_str).unwrap_or("");
+                let name = target.get("name").and_then(Value::as_str).unwrap_or("");
+                let ns = target
+                    .get("namespace")
+                    .and_then(Value::as_str)
+                    .unwrap_or(refs.namespace);
+                let host = mapping::host_name(&tenant.tenant, "", kind, ns, name).0;
+                target.insert("name".into(), json!(host));
+                target.insert("namespace".into(), json!(tenant.host_namespace));
+                target.remove("uid");
+                target.remove("resourceVersion");
+            }
+        }
+    }
+    Ok(())
+}
+
+fn secret(body: &mut Value) -> Result<(), Untranslatable> {
+    if body.get("type").and_then(Value::as_str) == Some("kubernetes.io/service-account-token") {
+        // The host's token controller would fill it with a token of a host service account.
+        return Err(refuse(
+            "ServiceAccountTokenSecretForbidden",
+            "type",
+            "a service-account-token Secret would be filled by the host with a host credential",
+        ));
+    }
+    // stringData is write-only: fold it into data as the API server does.
+    if let Some(Value::Object(string_data)) = body.as_object_mut().and_then(|b| b.remove("stringData")) {
+        use data_encoding::BASE64;
+        let data = body
+            .as_object_mut()
+            .expect("body is an object")
+            .entry("data")
+            .or_insert_with(|| json!({}));
+        if let Value::Object(data) = data {
+            for (k, v) in string_data {
+                if let Value::String(s) = v {
+                    data.insert(k, json!(BASE64.encode(s.as_bytes())));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn pvc(refs: &Refs<'_>, body: &mut Value, notes: &mut Vec<String>) {
+    let Some(spec) = body.get_mut("spec").and_then(Value::as_object_mut) else {
+        return;
+    };
+    if spec.remove("volumeName").is_some() {
+        notes.push(
+            "spec.volumeName dropped: a tenant claim cannot bind a chosen host volume".to_string(),
+        );
+    }
+    for field in ["dataSource", "dataSourceRef"] {
+        if let Some(source) = spec.get_mut(field) {
+            let group = source
+                .get("apiGroup")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string();
+            let kind = source
+                .get("kind")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string();
+            refs.rewrite(source, "name", &group, &kind);
+            if let Some(obj) = source.as_object_mut() {
+                obj.remove("namespace");
+            }
+        }
+    }
+}
+
+fn service_account(refs: &Refs<'_>, body: &mut Value, notes: &mut Vec<String>) {
+    let Some(obj) = body.as_object_mut() else {
+        return;
+    };
+    if obj.remove("secrets").is_some() {
+        notes.push("secrets dropped: token Secrets of a tenant service account stay in the tenant".into());
+    }
+    obj.insert("automountServiceAccountToken".into(), json!(false));
+    if let Some(Value::Array(secrets)) = obj.get_mut("imagePullSecrets") {
+        for s in secrets {
+            refs.rewrite(s, "name", "", "Secret");
+        }
+    }
+}
+
+fn ingress_backend(refs: &Refs<'_>, backend: &mut Value) {
+    if let Some(service) = backend.get_mut("service") {
+        refs.rewrite(service, "name", "", "Service");
+    }
+    if let Some(resource) = backend.get_mut("resource") {
+        let group = resource
+            .get("apiGroup")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string();
+        let kind = resource
+            .get("kind")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string();
+        refs.rewrite(resource, "name", &group, &kind);
+    }
+}
+
+fn ingress(refs: &Refs<'_>, body: &mut Value) {
+    let Some(spec) = body.get_mut("spec") else {
+        return;
+    };
+    if let Some(backend) = spec.get_mut("defaultBackend") {
+        ingress_backend(refs, backend);
+    }
+    if let Some(Value::Array(tls)) = spec.get_mut("tls") {
+        for t in tls {
+            refs.rewrite(t, "secretName", "", "Secret");
+        }
+    }
+    if let Some(Value::Array(rules)) = spec.get_mut("rules") {
+        for rule in rules {
+            if let Some(Value::Array(paths)) = rule.get_mut("http").and_then(|h| h.get_mut("paths"))
+            {
+                for path in paths {
+                    if let Some(backend) = path.get_mut("backend") {
+                        ingress_backend(refs, backend);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Kinds whose host status flows back up to the tenant object.
+pub fn status_flows_up(group: &str, kind: &str) -> bool {
+    matches!(
+        (group, kind),
+        ("", "Pod") | ("", "Service") | ("", "PersistentVolumeClaim") | ("networking.k8s.io", "Ingress")
+    )
+}
+
+/// The status the tenant object should carry given its host object, when it differs from the
+/// tenant object's current status (`None`: nothing to write).
+///
+/// The host status crosses as is: addresses, phases and conditions are what the tenant's users
+/// need to see their workloads run. A Pod's `nominatedNodeName` and the host's QoS class are
+/// facts about the host and cross too; nothing in a status names a host object.
+pub fn status_to_tenant(tenant_object: &Value, host_object: &Value) -> Option<Value> {
+    let id = TenantObject::from_value(tenant_object.clone()).ok()?;
+    if !status_flows_up(id.identity.group(), &id.identity.kind) {
+        return None;
+    }
+    let host_status = host_object.get("status")?;
+    if host_status.is_null() || host_status.as_object().is_some_and(Map::is_empty) {
+        return None;
+    }
+    let current = tenant_object.get("status").unwrap_or(&Value::Null);
+    (current != host_status).then(|| host_status.clone())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mapping::place;
+    use pretty_assertions::assert_eq;
+
+    fn tenant() -> TenantPlacement {
+        TenantPlacement {
+            tenant: "acme".into(),
+            host_namespace: "tenant-acme".into(),
+        }
+    }
+
+    fn translate(v: Value) -> Result<HostDesired, Untranslatable> {
+        let o = TenantObject::from_value(v).unwrap();
+        let p = place(&tenant(), &o);
+        to_host(&tenant(), &o, &p)
+    }
+
+    #[test]
+    fn metadata_comes_from_the_placement_and_status_stays_behind() {
+        let d = translate(json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "cfg", "namespace": "web", "uid": "u1", "resourceVersion": "7",
+                "labels": {"app": "web", "tenantplane.io/tenant": "victim"},
+                "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": "x", "uid": "y"}],
+                "finalizers": ["x/y"]},
+            "data": {"k": "v"}}))
+        .unwrap();
+        let m = &d.object["metadata"];
+        assert_eq!(m["name"], "cfg-x-web");
+        assert_eq!(m["namespace"], "tenant-acme");
+        assert_eq!(m["labels"]["tenantplane.io/tenant"], "acme");
+        assert_eq!(m["labels"]["app"], "web");
+        assert_eq!(m["annotations"][DESIRED_DIGEST], json!(d.digest));
+        assert!(m.get("uid").is_none() && m.get("ownerReferences").is_none());
+        assert!(m.get("finalizers").is_none() && m.get("resourceVersion").is_none());
+        assert_eq!(d.object["data"]["k"], "v");
+        assert_eq!(recorded_digest(&d.object), Some(d.digest.as_str()));
+    }
+
+    #[test]
+    fn the_digest_ignores_tenant_metadata_that_does_not_cross_and_follows_what_does() {
+        let base = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "cfg", "namespace": "web", "uid": "u1", "resourceVersion": "7"},
+            "data": {"k": "v"}});
+        let mut bumped = base.clone();
+        bumped["metadata"]["resourceVersion"] = json!("8");
+        assert_eq!(translate(base.clone()).unwrap().digest, translate(bumped).unwrap().digest);
+        let mut changed = base.clone();
+        changed["data"]["k"] = json!("w");
+        assert_ne!(translate(base).unwrap().digest, translate(changed).unwrap().digest);
+    }
+
+    #[test]
+    fn pod_references_follow_the_mapping() {
+        let d = translate(json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "web", "namespace": "prod"},
+            "spec": {
+                "nodeName": "node-1",
+                "serviceAccountName": "builder",
+                "imagePullSecrets": [{"name": "regcred"}],
+                "containers": [{"name": "app", "image": "nginx",
+                    "env": [
+                        {"name": "A", "valueFrom": {"configMapKeyRef": {"name": "cfg", "key": "a"}}},
+                        {"name": "B", "valueFrom": {"secretKeyRef": {"name": "sec", "key": "b"}}},
+                        {"name": "N", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+                        {"name": "IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
+                    "envFrom": [{"configMapRef": {"name": "cfg"}}, {"secretRef": {"name": "sec"}}]}],
+                "volumes": [
+                    {"name": "c", "configMap": {"name": "cfg"}},
+                    {"name": "s", "secret": {"secretName": "sec"}},
+                    {"name": "d", "persistentVolumeClaim": {"claimName": "data"}},
+                    {"name": "kube-api-access", "projected": {"sources": [
+                        {"serviceAccountToken": {"path": "token", "expirationSeconds": 3607}},
+                        {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+                        {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {"fieldPath": "metadata.namespace"}}]}}]}}]}}))
+        .unwrap();
+        let spec = &d.object["spec"];
+        assert!(spec.get("nodeName").is_none());
+        assert_eq!(spec["serviceAccountName"], "builder-x-prod");
+        assert_eq!(spec["automountServiceAccountToken"], false);
+        assert_eq!(spec["hostname"], "web");
+        assert_eq!(spec["imagePullSecrets"][0]["name"], "regcred-x-prod");
+        let c = &spec["containers"][0];
+        assert_eq!(c["env"][0]["valueFrom"]["configMapKeyRef"]["name"], "cfg-x-prod");
+        assert_eq!(c["env"][1]["valueFrom"]["secretKeyRef"]["name"], "sec-x-prod");
+        assert_eq!(
+            c["env"][2]["valueFrom"]["fieldRef"]["fieldPath"],
+            "metadata.annotations['tenantplane.io/source-name']"
+        );
+        assert_eq!(c["env"][3]["valueFrom"]["fieldRef"]["fieldPath"], "status.podIP");
+        assert_eq!(c["envFrom"][0]["configMapRef"]["name"], "cfg-x-prod");
+        assert_eq!(c["envFrom"][1]["secretRef"]["name"], "sec-x-prod");
+        let v = &spec["volumes"];
+        assert_eq!(v[0]["configMap"]["name"], "cfg-x-prod");
+        assert_eq!(v[1]["secret"]["secretName"], "sec-x-prod");
+        assert_eq!(v[2]["persistentVolumeClaim"]["claimName"], "data-x-prod");
+        let sources = v[3]["projected"]["sources"].as_array().unwrap();
+        assert_eq!(sources.len(), 2, "the token projection is dropped");
+        assert_eq!(sources[0]["configMap"]["name"], "kube-root-ca.crt-x-prod");
+        assert_eq!(
+            sources[1]["downwardAPI"]["items"][0]["fieldRef"]["fieldPath"],
+            "metadata.labels['tenantplane.io/source-namespace']"
+        );
+        assert_eq!(d.notes.len(), 1, "{:?}", d.notes);
+    }
+
+    #[test]
+    fn a_reference_maps_exactly_like_the_object_it_names() {
+        let long = "c".repeat(250);
+        let d = translate(json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "web", "namespace": "prod"},
+            "spec": {"containers": [{"name": "a", "image": "x"}],
+                     "volumes": [{"name": "c", "configMap": {"name": long}}]}}))
+        .unwrap();
+        let cm = TenantObject::from_value(json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": long, "namespace": "prod"}}))
+        .unwrap();
+        assert_eq!(
+            d.object["spec"]["volumes"][0]["configMap"]["name"],
+            json!(place(&tenant(), &cm).name)
+        );
+    }
+
+    #[test]
+    fn unsafe_pods_and_secrets_are_refused_with_the_field() {
+        let e = translate(json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "p", "namespace": "n"},
+            "spec": {"priorityClassName": "system-node-critical", "containers": []}}))
+        .unwrap_err();
+        assert_eq!(e.reason, "SystemPriorityClassForbidden");
+        assert_eq!(e.field_path, "spec.priorityClassName");
+        let e = translate(json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "p", "namespace": "n"},
+            "spec": {"containers": [], "volumes": [{"name": "r", "rbd": {"secretRef": {"name": "s"}}}]}}))
+        .unwrap_err();
+        assert_eq!(e.field_path, "spec.volumes[0].rbd");
+        let e = translate(json!({"apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "t", "namespace": "n",
+              "annotations": {"kubernetes.io/service-account.name": "default"}},
+            "type": "kubernetes.io/service-account-token"}))
+        .unwrap_err();
+        assert_eq!(e.reason, "ServiceAccountTokenSecretForbidden");
+    }
+
+    #[test]
+    fn service_selector_is_pinned_to_the_tenant_namespace_and_addresses_are_the_hosts() {
+        let d = translate(json!({"apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": "web", "namespace": "prod"},
+            "spec": {"selector": {"app": "web", "tenantplane.io/tenant": "other"},
+                     "clusterIP": "10.0.0.1", "clusterIPs": ["10.0.0.1"],
+                     "ports": [{"port": 80, "nodePort": 30080}]},
+            "status": {"loadBalancer": {}}}))
+        .unwrap();
+        let spec = &d.object["spec"];
+        assert_eq!(
+            spec["selector"],
+            json!({"app": "web", "tenantplane.io/source-namespace": "prod"})
+        );
+        assert!(spec.get("clusterIP").is_none() && spec.get("clusterIPs").is_none());
+        assert!(spec["ports"][0].get("nodePort").is_none());
+        assert!(d.object.get("status").is_none());
+        let headless = translate(json!({"apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": "db", "namespace": "prod"},
+            "spec": {"clusterIP": "None", "ports": [{"port": 5432}]}}))
+        .unwrap();
+        assert_eq!(headless.object["spec"]["clusterIP"], "None");
+    }
+
+    #[test]
+    fn ingress_backends_and_tls_secrets_follow_the_mapping() {
+        let d = translate(json!({"apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
+            "metadata": {"name": "web", "namespace": "prod"},
+            "spec": {"defaultBackend": {"service": {"name": "fallback", "port": {"number": 80}}},
+                     "tls": [{"hosts": ["a.example"], "secretName": "tls"}],
+                     "rules": [{"host": "a.example", "http": {"paths": [
+                        {"path": "/", "pathType": "Prefix",
+                         "backend": {"service": {"name": "web", "port": {"number": 80}}}}]}}]}}))
+        .unwrap();
+        let spec = &d.object["spec"];
+        assert_eq!(spec["defaultBackend"]["service"]["name"], "fallback-x-prod");
+        assert_eq!(spec["tls"][0]["secretName"], "tls-x-prod");
+        assert_eq!(
+            spec["rules"][0]["http"]["paths"][0]["backend"]["service"]["name"],
+            "web-x-prod"
+        );
+    }
+
+    #[test]
+    fn endpoints_targets_pvc_and_service_account() {
+        let d = translate(json!({"apiVersion": "v1", "kind": "Endpoints",
+            "metadata": {"name": "ext", "namespace": "prod"},
+            "subsets": [{"addresses": [{"ip": "10.1.2.3",
+                "targetRef": {"kind": "Pod", "name": "db-0", "namespace": "prod", "uid": "u"}}],
+                "ports": [{"port": 5432}]}]}))
+        .unwrap();
+        let t = &d.object["subsets"][0]["addresses"][0]["targetRef"];
+        assert_eq!(t["name"], "db-0-x-prod");
+        assert_eq!(t["namespace"], "tenant-acme");
+        assert!(t.get("uid").is_none());
+
+        let d = translate(json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+            "metadata": {"name": "data", "namespace": "prod"},
+            "spec": {"volumeName": "pv-host-1", "accessModes": ["ReadWriteOnce"],
+                     "dataSource": {"kind": "PersistentVolumeClaim", "name": "seed"}}}))
+        .unwrap();
+        assert!(d.object["spec"].get("volumeName").is_none());
+        assert_eq!(d.object["spec"]["dataSource"]["name"], "seed-x-prod");
+
+        let d = translate(json!({"apiVersion": "v1", "kind": "ServiceAccount",
+            "metadata": {"name": "builder", "namespace": "prod"},
+            "secrets": [{"name": "builder-token"}], "imagePullSecrets": [{"name": "reg"}]}))
+        .unwrap();
+        assert!(d.object.get("secrets").is_none());
+        assert_eq!(d.object["automountServiceAccountToken"], false);
+        assert_eq!(d.object["imagePullSecrets"][0]["name"], "reg-x-prod");
+    }
+
+    #[test]
+    fn custom_resources_cross_with_their_body() {
+        let d = translate(json!({"apiVersion": "example.com/v1", "kind": "Widget",
+            "metadata": {"name": "w", "namespace": "prod"}, "spec": {"size": 3},
+            "status": {"ready": true}}))
+        .unwrap();
+        assert_eq!(d.object["spec"], json!({"size": 3}));
+        assert_eq!(d.object["metadata"]["name"], "w-x-prod");
+        assert!(d.object.get("status").is_none());
+    }
+
+    #[test]
+    fn status_flows_up_only_when_it_differs() {
+        let tenant_pod = json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "p", "namespace": "n"}, "status": {"phase": "Pending"}});
+        let host_pod = json!({"status": {"phase": "Running", "podIP": "10.1.0.5"}});
+        assert_eq!(
+            status_to_tenant(&tenant_pod, &host_pod),
+            Some(json!({"phase": "Running", "podIP": "10.1.0.5"}))
+        );
+        let mut same = tenant_pod.clone();
+        same["status"] = host_pod["status"].clone();
+        assert_eq!(status_to_tenant(&same, &host_pod), None);
+        let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}});
+        assert_eq!(status_to_tenant(&cm, &host_pod), None);
+    }
+}

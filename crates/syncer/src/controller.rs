@@ -1,0 +1,472 @@
+//! The Tenant controller in the host cluster: finalizer, host namespace, isolation, the tenant
+//! control plane connection, and one [`TenantRuntime`](crate::tenant::TenantRuntime) per Tenant.
+//!
+//! A Tenant is reconciled when it changes, when its SyncPolicy or IsolationProfile changes, and
+//! every resync period. Deleting a Tenant stops its runtime and removes, from its host namespace,
+//! only what tenantplane owns (`tenantplane.io/managed=true` and `tenantplane.io/tenant=<name>`),
+//! then the namespace itself if tenantplane created it.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Namespace, Secret};
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::discovery::{Discovery, Scope, verbs};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::finalizer::{Event as Finalizer, finalizer};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
+use kube::{Client, ResourceExt};
+use serde_json::json;
+use sha2::{Digest, Sha256};
+use tenantplane_api::{IsolationProfile, SyncPolicy, Tenant, conditions, provenance};
+use tenantplane_core::CompiledPolicy;
+use tokio::sync::Mutex;
+
+use crate::isolation::{self, IsolationService};
+use crate::record::{TenantLedger, flush_loop};
+use crate::tenant::{self, Shared, TenantRuntime};
+
+/// Finalizer on every Tenant the syncer serves.
+pub const FINALIZER: &str = "tenantplane.io/cleanup";
+/// Annotation on a host namespace tenantplane created (and so may delete).
+pub const CREATED_ANNOTATION: &str = "tenantplane.io/created-by";
+
+/// Errors of a Tenant reconcile; each is retried with backoff.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Anything that went wrong, with its context.
+    #[error("{0:#}")]
+    Reconcile(#[from] anyhow::Error),
+}
+
+impl Error {
+    /// Label for metrics.
+    pub fn metric_label(&self) -> &'static str {
+        "reconcile"
+    }
+}
+
+#[derive(Debug)]
+struct Running {
+    fingerprint: String,
+    runtime: TenantRuntime,
+}
+
+/// What the Tenant controller shares between reconciles.
+#[derive(Debug)]
+pub struct Context {
+    /// Shared by all tenant runtimes.
+    pub shared: Arc<Shared>,
+    /// The isolation compiler.
+    pub isolation: Arc<dyn IsolationService>,
+    /// How often each Tenant is reconciled without a change.
+    pub resync: Duration,
+    /// How often a Tenant's status is written at most.
+    pub status_interval: Duration,
+    running: Mutex<HashMap<String, Running>>,
+    ledgers: Mutex<HashMap<String, (TenantLedger, tokio::task::JoinHandle<()>)>>,
+}
+
+impl Context {
+    /// A context with nothing running yet.
+    pub fn new(
+        shared: Arc<Shared>,
+        isolation: Arc<dyn IsolationService>,
+        resync: Duration,
+        status_interval: Duration,
+    ) -> Arc<Self> {
+        Arc::new(Context {
+            shared,
+            isolation,
+            resync,
+            status_interval,
+            running: Mutex::new(HashMap::new()),
+            ledgers: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// Whether every running tenant has listed its watches once.
+    pub async fn all_ready(&self) -> bool {
+        self.running
+            .lock()
+            .await
+            .values()
+            .all(|r| *r.runtime.ready.borrow())
+    }
+
+    async fn ledger(&self, tenant: &Tenant) -> TenantLedger {
+        let mut ledgers = self.ledgers.lock().await;
+        let name = tenant.name().to_string();
+        if let Some((l, _)) = ledgers.get(&name) {
+            return l.clone();
+        }
+        let ledger = TenantLedger::default();
+        let flusher = tokio::spawn(flush_loop(
+            self.shared.host.clone(),
+            name.clone(),
+            tenant.uid(),
+            ledger.clone(),
+            self.status_interval,
+        ));
+        ledgers.insert(name, (ledger.clone(), flusher));
+        ledger
+    }
+}
+
+impl Drop for Context {
+    fn drop(&mut self) {
+        if let Ok(ledgers) = self.ledgers.try_lock() {
+            for (_, f) in ledgers.values() {
+                f.abort();
+            }
+        }
+    }
+}
+
+/// Runs the Tenant controller until the stream ends (shutdown).
+pub async fn run(ctx: Arc<Context>) {
+    let host = ctx.shared.host.clone();
+    let tenants: Api<Tenant> = Api::all(host.clone());
+    let controller = Controller::new(tenants, watcher::Config::default());
+    let store = controller.store();
+    let by_profile = store.clone();
+    let by_policy = store.clone();
+    controller
+        .watches(
+            Api::<IsolationProfile>::all(host.clone()),
+            watcher::Config::default(),
+            move |p: IsolationProfile| {
+                let name = p.name_any();
+                by_profile
+                    .state()
+                    .into_iter()
+                    .filter(|t| t.spec.isolation_profile_ref.as_deref() == Some(name.as_str()))
+                    .map(|t| ObjectRef::from_obj(&*t))
+                    .collect::<Vec<_>>()
+            },
+        )
+        .watches(
+            Api::<SyncPolicy>::all(host.clone()),
+            watcher::Config::default(),
+            move |p: SyncPolicy| {
+                let name = p.name_any();
+                by_policy
+                    .state()
+                    .into_iter()
+                    .filter(|t| t.spec.sync_policy_ref.as_deref() == Some(name.as_str()))
+                    .map(|t| ObjectRef::from_obj(&*t))
+                    .collect::<Vec<_>>()
+            },
+        )
+        .run(reconcile, error_policy, ctx)
+        .for_each(|result| async move {
+            if let Err(e) = result {
+                tracing::warn!(error = %e, "tenant reconcile");
+            }
+        })
+        .await;
+}
+
+fn error_policy(tenant: Arc<Tenant>, error: &Error, _ctx: Arc<Context>) -> Action {
+    tracing::warn!(tenant = %tenant.name_any(), error = %error, "tenant reconcile failed; retrying");
+    Action::requeue(Duration::from_secs(5))
+}
+
+async fn reconcile(tenant: Arc<Tenant>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let api: Api<Tenant> = Api::all(ctx.shared.host.clone());
+    let ctx2 = ctx.clone();
+    finalizer(&api, FINALIZER, tenant, move |event| async move {
+        match event {
+            Finalizer::Apply(t) => apply(&t, &ctx2).await,
+            Finalizer::Cleanup(t) => cleanup(&t, &ctx2).await,
+        }
+    })
+    .await
+    .map_err(|e| Error::Reconcile(anyhow::anyhow!("{e}")))
+}
+
+async fn apply(tenant: &Tenant, ctx: &Context) -> Result<Action, Error> {
+    let host = &ctx.shared.host;
+    let name = tenant.name().to_string();
+    let host_ns = tenant.host_namespace();
+    let ledger = ctx.ledger(tenant).await;
+    ledger.observe(tenant.metadata.generation, &host_ns);
+
+    ensure_namespace(host, tenant, &host_ns).await?;
+    apply_isolation(tenant, ctx, &ledger, &host_ns).await?;
+
+    // The SyncPolicy: the referenced one, or the built-in default.
+    let (policy_text, policy_version, compiled) = match &tenant.spec.sync_policy_ref {
+        Some(p) => {
+            let policy = Api::<SyncPolicy>::all(host.clone())
+                .get(p)
+                .await
+                .with_context(|| format!("reading SyncPolicy {p}"))?;
+            let compiled = CompiledPolicy::compile(&policy)
+                .with_context(|| format!("SyncPolicy {p} does not compile"))?;
+            let text = serde_json::to_string(&policy).context("serializing the SyncPolicy")?;
+            (Some(text), policy.resource_version().unwrap_or_default(), compiled)
+        }
+        None => (None, String::new(), CompiledPolicy::builtin_default()),
+    };
+
+    // The tenant control plane.
+    let kubeconfig = read_kubeconfig(host, tenant).await;
+    let client = match kubeconfig {
+        Ok(yaml) => match connect(&yaml, tenant.spec.control_plane.context.as_deref()).await {
+            Ok(c) => Ok((c, yaml)),
+            Err(e) => Err(e),
+        },
+        Err(e) => Err(e),
+    };
+    let (client, yaml) = match client {
+        Ok(c) => c,
+        Err(e) => {
+            ledger.set_condition(
+                conditions::CONTROL_PLANE_REACHABLE,
+                false,
+                "Unreachable",
+                &format!("{e:#}"),
+            );
+            return Err(e.into());
+        }
+    };
+    let kinds = match tenant::resolve_kinds(&client, &compiled).await {
+        Ok(k) => k,
+        Err(e) => {
+            ledger.set_condition(
+                conditions::CONTROL_PLANE_REACHABLE,
+                false,
+                "DiscoveryFailed",
+                &format!("{e:#}"),
+            );
+            return Err(e.into());
+        }
+    };
+    ledger.set_condition(
+        conditions::CONTROL_PLANE_REACHABLE,
+        true,
+        "Reached",
+        &format!("watching {} kinds in the tenant control plane", kinds.len()),
+    );
+
+    let mut h = Sha256::new();
+    h.update(yaml.as_bytes());
+    h.update(format!("{:?}", tenant.spec).as_bytes());
+    h.update(policy_version.as_bytes());
+    h.update(policy_text.as_deref().unwrap_or("").as_bytes());
+    for (ar, _) in &kinds {
+        h.update(format!("{}/{}/{};", ar.group, ar.version, ar.kind).as_bytes());
+    }
+    let fingerprint = hex::encode(h.finalize());
+    let mut running = ctx.running.lock().await;
+    if running.get(&name).map(|r| r.fingerprint.as_str()) != Some(fingerprint.as_str()) {
+        running.remove(&name);
+        let runtime = tenant::start(
+            ctx.shared.clone(),
+            tenant.clone(),
+            policy_text,
+            kinds,
+            client,
+            ledger,
+        )
+        .await?;
+        tracing::info!(tenant = %name, kinds = ?runtime.kinds, "tenant runtime started");
+        running.insert(
+            name,
+            Running {
+                fingerprint,
+                runtime,
+            },
+        );
+    }
+    Ok(Action::requeue(ctx.resync))
+}
+
+async fn ensure_namespace(host: &Client, tenant: &Tenant, host_ns: &str) -> anyhow::Result<()> {
+    let namespaces: Api<Namespace> = Api::all(host.clone());
+    if namespaces.get_opt(host_ns).await?.is_some() {
+        return Ok(());
+    }
+    let ns: Namespace = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Namespace",
+        "metadata": {
+            "name": host_ns,
+            "labels": {provenance::MANAGED: "true", provenance::TENANT: tenant.name()},
+            "annotations": {CREATED_ANNOTATION: crate::record::COMPONENT},
+        }
+    }))?;
+    match namespaces.create(&PostParams::default(), &ns).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+        Err(e) => Err(e).with_context(|| format!("creating host namespace {host_ns}")),
+    }
+}
+
+async fn apply_isolation(
+    tenant: &Tenant,
+    ctx: &Context,
+    ledger: &TenantLedger,
+    host_ns: &str,
+) -> anyhow::Result<()> {
+    let host = &ctx.shared.host;
+    let Some(profile_name) = &tenant.spec.isolation_profile_ref else {
+        ledger.set_condition(
+            conditions::ISOLATION_APPLIED,
+            true,
+            "NoIsolationProfile",
+            "the Tenant names no IsolationProfile: no isolation objects are compiled",
+        );
+        return Ok(());
+    };
+    let profile = match Api::<IsolationProfile>::all(host.clone()).get_opt(profile_name).await? {
+        Some(p) => p,
+        None => {
+            ledger.set_condition(
+                conditions::ISOLATION_APPLIED,
+                false,
+                "IsolationProfileNotFound",
+                &format!("IsolationProfile {profile_name} does not exist"),
+            );
+            anyhow::bail!("IsolationProfile {profile_name} does not exist");
+        }
+    };
+    let ns = Api::<Namespace>::all(host.clone()).get(host_ns).await?;
+    let previous = isolation::previously_applied(&serde_json::to_value(&ns)?);
+    let compiled = match ctx.isolation.compile(tenant, &profile, &previous).await {
+        Ok(c) => c,
+        Err(e) => {
+            ledger.set_condition(
+                conditions::ISOLATION_APPLIED,
+                false,
+                "CompileFailed",
+                &e,
+            );
+            anyhow::bail!("compiling IsolationProfile {profile_name}: {e}");
+        }
+    };
+    match isolation::apply(host, host_ns, &compiled).await {
+        Ok((applied, pruned)) => {
+            ledger.set_condition(
+                conditions::ISOLATION_APPLIED,
+                true,
+                "Applied",
+                &format!(
+                    "IsolationProfile {profile_name} (generation {}): {applied} objects applied, {pruned} pruned",
+                    profile.metadata.generation.unwrap_or_default()
+                ),
+            );
+            Ok(())
+        }
+        Err(e) => {
+            ledger.set_condition(
+                conditions::ISOLATION_APPLIED,
+                false,
+                "ApplyFailed",
+                &format!("{e:#}"),
+            );
+            Err(e)
+        }
+    }
+}
+
+async fn read_kubeconfig(host: &Client, tenant: &Tenant) -> anyhow::Result<String> {
+    let r = &tenant.spec.control_plane.kubeconfig_secret;
+    let secret = Api::<Secret>::namespaced(host.clone(), &r.namespace)
+        .get(&r.name)
+        .await
+        .with_context(|| format!("reading kubeconfig Secret {}/{}", r.namespace, r.name))?;
+    let data = secret
+        .data
+        .as_ref()
+        .and_then(|d| d.get(&r.key))
+        .with_context(|| format!("Secret {}/{} has no key {}", r.namespace, r.name, r.key))?;
+    String::from_utf8(data.0.clone()).context("the kubeconfig is not UTF-8")
+}
+
+/// A client for a kubeconfig (YAML), at `context` or its current context; checks reachability.
+pub async fn connect(kubeconfig: &str, context: Option<&str>) -> anyhow::Result<Client> {
+    let kc = kube::config::Kubeconfig::from_yaml(kubeconfig).context("parsing the kubeconfig")?;
+    let options = kube::config::KubeConfigOptions {
+        context: context.map(str::to_string),
+        ..Default::default()
+    };
+    let config = kube::Config::from_custom_kubeconfig(kc, &options)
+        .await
+        .context("loading the kubeconfig")?;
+    let client = Client::try_from(config).context("building a client")?;
+    client
+        .apiserver_version()
+        .await
+        .context("reaching the tenant control plane")?;
+    Ok(client)
+}
+
+async fn cleanup(tenant: &Tenant, ctx: &Context) -> Result<Action, Error> {
+    let name = tenant.name().to_string();
+    let host_ns = tenant.host_namespace();
+    ctx.running.lock().await.remove(&name);
+    if let Some((_, flusher)) = ctx.ledgers.lock().await.remove(&name) {
+        flusher.abort();
+    }
+    let host = &ctx.shared.host;
+    let selector = format!("{}=true,{}={}", provenance::MANAGED, provenance::TENANT, name);
+    let discovery = Discovery::new(host.clone())
+        .run()
+        .await
+        .context("discovering the host API for cleanup")?;
+    let mut removed = 0usize;
+    for group in discovery.groups() {
+        for (ar, caps) in group.recommended_resources() {
+            if !caps.supports_operation(verbs::LIST)
+                || !caps.supports_operation(verbs::DELETE)
+                || ar.plural.contains('/')
+                || ar.kind == "Namespace"
+                || ar.kind == "Event"
+            {
+                continue;
+            }
+            let api: Api<kube::api::DynamicObject> = match caps.scope {
+                Scope::Namespaced => Api::namespaced_with(host.clone(), &host_ns, &ar),
+                // Cluster-scoped objects (admission policies) labelled for this tenant.
+                Scope::Cluster => Api::all_with(host.clone(), &ar),
+            };
+            let list = match api.list_metadata(&ListParams::default().labels(&selector)).await {
+                Ok(l) => l,
+                Err(e) => {
+                    tracing::debug!(kind = %ar.kind, error = %e, "cleanup list");
+                    continue;
+                }
+            };
+            for obj in list {
+                match api.delete(&obj.name_any(), &DeleteParams::default()).await {
+                    Ok(_) => removed += 1,
+                    Err(kube::Error::Api(s)) if s.code == 404 => {}
+                    Err(e) => {
+                        return Err(anyhow::Error::from(e)
+                            .context(format!("deleting {} {}", ar.kind, obj.name_any()))
+                            .into());
+                    }
+                }
+            }
+        }
+    }
+    let namespaces: Api<Namespace> = Api::all(host.clone());
+    if let Some(ns) = namespaces.get_opt(&host_ns).await.context("reading the host namespace")?
+        && ns.annotations().get(CREATED_ANNOTATION).map(String::as_str)
+            == Some(crate::record::COMPONENT)
+        && ns.labels().get(provenance::TENANT) == Some(&name)
+    {
+        match namespaces.delete(&host_ns, &DeleteParams::default()).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) => return Err(anyhow::Error::from(e).into()),
+        }
+    }
+    tracing::info!(tenant = %name, removed, "tenant cleaned up");
+    Ok(Action::await_change())
+}

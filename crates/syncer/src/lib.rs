@@ -1,0 +1,135 @@
+//! The syncer: the controller at the heart of tenantplane. It watches Tenants in the host
+//! cluster, connects to each tenant's control plane through the kubeconfig Secret the Tenant
+//! names, and keeps the host namespace of the tenant equal to what the tenant's SyncPolicy says
+//! its objects should become, recording a decision for every step.
+//!
+//! ```text
+//!  host: Tenant ──controller──▶ finalizer · host namespace · isolation (compile, apply, prune)
+//!            │                        └──▶ one tenant runtime per Tenant
+//!            ▼
+//!  tenant API ──watch──▶ queue ──▶ planner (gRPC, batched) ──▶ reconcile (pure) ──▶ record ──▶ host write
+//!       ▲                                                                             │
+//!       └──────────────── status up-sync, Events ◀────────────────────────────────────┘
+//! ```
+//!
+//! Layers, least powerful first: [`reconcile`] is pure (tenant object, plan, host object →
+//! decision and host write) and tested without a cluster; [`record`] is the one place a decision
+//! is recorded; [`tenant`] wires watches, the work queue and workers of one tenant;
+//! [`controller`] runs the Tenant controller; [`run`] wires everything from a [`Config`].
+//! docs/syncer.md describes the behaviour and its guarantees.
+
+#![forbid(unsafe_code)]
+
+pub mod admin;
+pub mod controller;
+pub mod isolation;
+pub mod planner;
+pub mod queue;
+pub mod ratelimit;
+pub mod reconcile;
+pub mod record;
+pub mod tenant;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use tokio::sync::Semaphore;
+
+pub use controller::FINALIZER;
+pub use record::COMPONENT;
+pub use tenant::FIELD_MANAGER;
+
+/// Everything the syncer needs to run.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Host cluster kubeconfig (YAML); `None`: in-cluster config or `KUBECONFIG`.
+    pub host_kubeconfig: Option<String>,
+    /// Where plans come from.
+    pub planner: Arc<dyn planner::PlanService>,
+    /// Where isolation compilations come from.
+    pub isolation: Arc<dyn isolation::IsolationService>,
+    /// The durable decision log, when configured.
+    pub decision_log: Option<Arc<dyn record::DecisionLog>>,
+    /// Batches in flight across all tenants.
+    pub concurrency: usize,
+    /// Host requests per second (all tenants together).
+    pub host_qps: f64,
+    /// Host request burst.
+    pub host_burst: u32,
+    /// Per-tenant tuning.
+    pub tuning: tenant::Tuning,
+    /// How often each Tenant is reconciled without a change.
+    pub tenant_resync: Duration,
+    /// How often a Tenant's status is written at most.
+    pub status_interval: Duration,
+    /// Admin HTTP server (/live, /ready); `None`: none.
+    pub admin_addr: Option<SocketAddr>,
+}
+
+impl Config {
+    /// Defaults around a planner and an isolation compiler.
+    pub fn new(
+        planner: Arc<dyn planner::PlanService>,
+        isolation: Arc<dyn isolation::IsolationService>,
+    ) -> Self {
+        Config {
+            host_kubeconfig: None,
+            planner,
+            isolation,
+            decision_log: None,
+            concurrency: 16,
+            host_qps: 0.0,
+            host_burst: 1000,
+            tuning: tenant::Tuning::default(),
+            tenant_resync: Duration::from_secs(300),
+            status_interval: Duration::from_secs(1),
+            admin_addr: None,
+        }
+    }
+}
+
+/// A client for the host cluster.
+pub async fn host_client(kubeconfig: Option<&str>) -> anyhow::Result<kube::Client> {
+    match kubeconfig {
+        Some(yaml) => {
+            let kc = kube::config::Kubeconfig::from_yaml(yaml).context("parsing the host kubeconfig")?;
+            let config =
+                kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+                    .await
+                    .context("loading the host kubeconfig")?;
+            Ok(kube::Client::try_from(config)?)
+        }
+        None => Ok(kube::Client::try_default()
+            .await
+            .context("no host kubeconfig given and none found (in-cluster or KUBECONFIG)")?),
+    }
+}
+
+/// Runs the syncer until the Tenant controller stops.
+pub async fn run(config: Config) -> anyhow::Result<()> {
+    let host = host_client(config.host_kubeconfig.as_deref()).await?;
+    let shared = Arc::new(tenant::Shared {
+        host,
+        host_limiter: ratelimit::RateLimiter::new(config.host_qps, config.host_burst),
+        planner: config.planner.clone(),
+        log: config.decision_log.clone(),
+        permits: Semaphore::new(config.concurrency.max(1)),
+        tuning: config.tuning.clone(),
+    });
+    let ctx = controller::Context::new(
+        shared,
+        config.isolation.clone(),
+        config.tenant_resync,
+        config.status_interval,
+    );
+    if let Some(addr) = config.admin_addr {
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("binding the admin server to {addr}"))?;
+        tokio::spawn(admin::serve(listener, ctx.clone()));
+    }
+    controller::run(ctx).await;
+    Ok(())
+}

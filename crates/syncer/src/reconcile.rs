@@ -1,0 +1,536 @@
+//! The reconcile core: given a tenant object (or its absence), the planner's plan and the host
+//! object at the target name, the host action and the decision. Pure: no client, no clock beyond
+//! the [`Stamp`] passed in, tested without a cluster.
+//!
+//! ```text
+//!  tenant object ──plan (planner)──▶ verdict + placement
+//!        │                                  │ collision::check(live host object)   (re-run here:
+//!        │                                  ▼                                        the live object wins
+//!        └──translate::to_host──▶ desired ──digest == host's digest? ──▶ Unchanged    over the planner's view)
+//!                                           └─ otherwise ─▶ Create / Apply, decision id in the write
+//!  tenant object gone ──host provenance says it is ours──▶ Delete
+//! ```
+
+use serde_json::{Value, json};
+use tenantplane_api::{SyncAction, provenance};
+use tenantplane_core::collision::{self, Collision, ConflictCause, HostObjectMeta};
+use tenantplane_core::decision::{Decision, HostAction, HostTarget, Outcome, Stamp, Subject};
+use tenantplane_core::mapping::{self, MAPPING_VERSION, TenantPlacement};
+use tenantplane_core::translate::{self, HostDesired};
+use tenantplane_core::{Plan, SourceIdentity, TenantObject};
+
+/// What to do to the host.
+#[derive(Clone, Debug, PartialEq)]
+pub enum HostWrite {
+    /// Create this object (fails if anything is at its name: never overwrite).
+    Create(Value),
+    /// Server-side apply this object over our own host object (with its resourceVersion as a
+    /// precondition, so a host object replaced in the meantime is not touched).
+    Apply(Value),
+    /// Delete our host object with this uid (precondition).
+    Delete {
+        /// Host object name.
+        name: String,
+        /// Its uid, as a delete precondition.
+        uid: Option<String>,
+    },
+}
+
+/// The result of reconciling one tenant object.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Step {
+    /// The decision taken.
+    pub decision: Decision,
+    /// The host write it leads to, if any.
+    pub write: Option<HostWrite>,
+    /// Status to write back to the tenant object, if it differs.
+    pub status_up: Option<Value>,
+}
+
+impl Step {
+    /// Whether the decision has to be recorded regardless of what was recorded before: every
+    /// decision that writes to the host is.
+    pub fn writes(&self) -> bool {
+        self.write.is_some()
+    }
+}
+
+/// Metadata of a host object as JSON, for the collision check.
+pub fn host_meta(host: &Value) -> Option<HostObjectMeta> {
+    HostObjectMeta::from_value(host).ok()
+}
+
+fn uid_of(v: &Value) -> Option<String> {
+    v.pointer("/metadata/uid")
+        .and_then(Value::as_str)
+        .map(str::to_string)
+}
+
+fn resource_version_of(v: &Value) -> Option<&str> {
+    v.pointer("/metadata/resourceVersion").and_then(Value::as_str)
+}
+
+/// Reconciles a present tenant object. `plan` is the planner's answer; the collision check is
+/// re-run against `host` (the live host object at the placement's name, if any).
+pub fn reconcile_present(
+    tenant: &TenantPlacement,
+    object: &TenantObject,
+    plan: &Plan,
+    host: Option<&Value>,
+    stamp: Stamp,
+) -> Step {
+    let mut plan = plan.clone();
+    let meta = host.and_then(host_meta);
+    let ours = matches!(
+        meta.as_ref()
+            .map(|m| collision::check(&tenant.tenant, &object.identity, &plan.placement, Some(m))),
+        Some(Collision::UpdateOwn)
+    );
+    let mut desired: Option<HostDesired> = None;
+    if plan.verdict.action == SyncAction::Sync {
+        let c = collision::check(
+            &tenant.tenant,
+            &object.identity,
+            &plan.placement,
+            meta.as_ref(),
+        );
+        (plan.outcome, plan.action, plan.reason, plan.message) = match &c {
+            Collision::Create => (
+                Outcome::Synced,
+                HostAction::Create,
+                plan.verdict.reason.clone(),
+                plan.verdict.message.clone(),
+            ),
+            Collision::UpdateOwn => (
+                Outcome::Synced,
+                HostAction::Update,
+                plan.verdict.reason.clone(),
+                plan.verdict.message.clone(),
+            ),
+            Collision::Conflict { owner, differs } => (
+                Outcome::Conflict,
+                HostAction::None,
+                differs.reason().to_string(),
+                format!(
+                    "host {} {}/{} belongs to {owner}; refused and left untouched",
+                    plan.placement.kind, plan.placement.namespace, plan.placement.name
+                ),
+            ),
+        };
+        if let Collision::Conflict {
+            differs: ConflictCause::OtherUid,
+            owner,
+        } = &c
+        {
+            // Same tenant, kind, namespace and name, another uid: the host object belongs to an
+            // earlier incarnation of this very object, which is gone. It is deleted; the current
+            // object is placed by the next evaluation.
+            plan.outcome = Outcome::Deleted;
+            plan.action = HostAction::Delete;
+            plan.reason = "SourceRecreated".into();
+            plan.message = format!(
+                "host {} {}/{} belongs to {owner}, an earlier incarnation of this object that is \
+                 gone: deleted, the current object is placed next",
+                plan.placement.kind, plan.placement.namespace, plan.placement.name
+            );
+        }
+        plan.collision = Some(c);
+        if plan.outcome == Outcome::Synced {
+            match translate::to_host(tenant, object, &plan.placement) {
+                Ok(d) => desired = Some(d),
+                Err(e) => {
+                    plan.outcome = Outcome::Rejected;
+                    plan.action = HostAction::None;
+                    plan.reason = e.reason.to_string();
+                    plan.message = format!("cannot be placed on the host safely: {}", e.message);
+                    plan.verdict.field_path = Some(e.field_path);
+                }
+            }
+        }
+    }
+
+    let mut write = None;
+    match (&desired, plan.outcome) {
+        (Some(d), Outcome::Synced) => {
+            let unchanged = host
+                .and_then(translate::recorded_digest)
+                .is_some_and(|recorded| recorded == d.digest);
+            if unchanged {
+                plan.outcome = Outcome::Unchanged;
+                plan.action = HostAction::None;
+                plan.reason = "HostObjectUpToDate".into();
+                plan.message = "the host object already carries what tenantplane sets; nothing \
+                                written"
+                    .into();
+            } else if !d.notes.is_empty() {
+                plan.message = format!("{}; {}", plan.message, d.notes.join("; "));
+            }
+        }
+        (None, Outcome::Rejected | Outcome::Skipped) if ours => {
+            // Our host object for a source the policy no longer syncs: it goes.
+            plan.action = HostAction::Delete;
+            plan.message = format!(
+                "{}; the host object synced earlier is deleted",
+                plan.message
+            );
+        }
+        _ => {}
+    }
+
+    let decision = plan.to_decision(&tenant.tenant, object, stamp);
+    match (plan.action, desired) {
+        (HostAction::Create, Some(d)) => {
+            write = Some(HostWrite::Create(with_decision_id(d.object, &decision.id)));
+        }
+        (HostAction::Update, Some(d)) => {
+            let mut object = with_decision_id(d.object, &decision.id);
+            if let Some(rv) = host.and_then(resource_version_of) {
+                object["metadata"]["resourceVersion"] = json!(rv);
+            }
+            write = Some(HostWrite::Apply(object));
+        }
+        (HostAction::Delete, _) if host.is_some() => {
+            write = Some(HostWrite::Delete {
+                name: plan.placement.name.clone(),
+                uid: host.and_then(uid_of),
+            });
+        }
+        _ => {}
+    }
+    let status_up = match (host, ours || plan.action == HostAction::Update) {
+        (Some(h), true) if plan.action != HostAction::Delete => {
+            translate::status_to_tenant(&object.object, h)
+        }
+        _ => None,
+    };
+    Step {
+        decision,
+        write,
+        status_up,
+    }
+}
+
+fn with_decision_id(mut object: Value, id: &str) -> Value {
+    object["metadata"]["annotations"][provenance::DECISION_ID] = json!(id);
+    object
+}
+
+/// Reconciles a tenant object that no longer exists: its host object is deleted when the host
+/// object's provenance names exactly this source in this tenant; otherwise nothing happens and
+/// no decision is taken (`None`).
+pub fn reconcile_absent(
+    tenant: &TenantPlacement,
+    source: &SourceIdentity,
+    host: Option<&Value>,
+    stamp: Stamp,
+) -> Option<Step> {
+    let host = host?;
+    let meta = host_meta(host)?;
+    let theirs = mapping::provenance(&meta.labels, &meta.annotations).ok()?;
+    let same = theirs.tenant == tenant.tenant
+        && theirs.source.kind == source.kind
+        && tenantplane_core::object::group_of(&theirs.source.api_version) == source.group()
+        && theirs.source.namespace == source.namespace
+        && theirs.source.name == source.name;
+    if !same {
+        return None;
+    }
+    let decision = Decision {
+        id: stamp.id,
+        time: stamp.time,
+        tenant: tenant.tenant.clone(),
+        subject: Subject {
+            api_version: source.api_version.clone(),
+            kind: source.kind.clone(),
+            namespace: source.namespace.clone(),
+            name: source.name.clone(),
+            uid: theirs.source.uid.clone(),
+            resource_version: String::new(),
+        },
+        target: Some(HostTarget {
+            api_version: meta.api_version.clone(),
+            kind: meta.kind.clone(),
+            namespace: meta.namespace.clone(),
+            name: meta.name.clone(),
+        }),
+        outcome: Outcome::Deleted,
+        action: HostAction::Delete,
+        policy: None,
+        profile: None,
+        reason: "SourceDeleted".into(),
+        message: format!(
+            "the tenant object {} is gone; its host object {}/{} is deleted",
+            source, meta.namespace, meta.name
+        ),
+        field_path: None,
+        stripped_keys: Vec::new(),
+        input_digest: String::new(),
+        mapping_version: MAPPING_VERSION.into(),
+        component: stamp.component,
+        component_version: stamp.component_version,
+        trace_id: stamp.trace_id,
+        span_id: stamp.span_id,
+    };
+    Some(Step {
+        decision,
+        write: Some(HostWrite::Delete {
+            name: meta.name,
+            uid: uid_of(host),
+        }),
+        status_up: None,
+    })
+}
+
+/// A decision about a tenant object that could not be planned because a dependency (the planner)
+/// is unavailable: nothing is guessed and nothing is written.
+pub fn deferred(
+    tenant: &TenantPlacement,
+    object: &TenantObject,
+    reason: &str,
+    message: &str,
+    stamp: Stamp,
+) -> Decision {
+    let id = &object.identity;
+    Decision {
+        id: stamp.id,
+        time: stamp.time,
+        tenant: tenant.tenant.clone(),
+        subject: Subject {
+            api_version: id.api_version.clone(),
+            kind: id.kind.clone(),
+            namespace: id.namespace.clone(),
+            name: id.name.clone(),
+            uid: id.uid.clone(),
+            resource_version: object.resource_version.clone().unwrap_or_default(),
+        },
+        target: None,
+        outcome: Outcome::Deferred,
+        action: HostAction::None,
+        policy: None,
+        profile: None,
+        reason: reason.into(),
+        message: message.into(),
+        field_path: None,
+        stripped_keys: Vec::new(),
+        input_digest: tenantplane_core::planner::input_digest(&object.object),
+        mapping_version: MAPPING_VERSION.into(),
+        component: stamp.component,
+        component_version: stamp.component_version,
+        trace_id: stamp.trace_id,
+        span_id: stamp.span_id,
+    }
+}
+
+/// A decision turned into Failed because its host write failed (recorded; the key is retried).
+pub fn failed(decision: &Decision, error: &str, stamp: Stamp) -> Decision {
+    let mut d = decision.clone();
+    d.id = stamp.id;
+    d.time = stamp.time;
+    d.outcome = Outcome::Failed;
+    d.reason = "HostWriteFailed".into();
+    d.message = format!(
+        "{} of the host object failed (decision {} stands unapplied): {error}",
+        decision.action.as_str(),
+        decision.id
+    );
+    d
+}
+
+/// What identifies the content of a tenant object for deciding whether a new decision carries
+/// information: the object without status and server-maintained metadata.
+pub fn observed_digest(object: &Value) -> String {
+    let mut v = object.clone();
+    if let Some(map) = v.as_object_mut() {
+        map.remove("status");
+    }
+    if let Some(meta) = v.get_mut("metadata").and_then(Value::as_object_mut) {
+        for f in ["resourceVersion", "managedFields", "generation"] {
+            meta.remove(f);
+        }
+    }
+    translate::digest(&v)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tenantplane_api::Tenant;
+    use tenantplane_core::{CompiledPolicy, Planner};
+
+    fn tenant() -> TenantPlacement {
+        TenantPlacement {
+            tenant: "acme".into(),
+            host_namespace: "tenant-acme".into(),
+        }
+    }
+
+    fn planner() -> Planner {
+        let t = Tenant::new("acme", Default::default());
+        Planner::new(&t, CompiledPolicy::builtin_default())
+    }
+
+    fn stamp() -> Stamp {
+        Stamp::now("tenantplane-syncer")
+    }
+
+    fn cm(data: &str) -> TenantObject {
+        TenantObject::from_value(json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "cfg", "namespace": "web", "uid": "u1", "resourceVersion": "3"},
+            "data": {"k": data}}))
+        .unwrap()
+    }
+
+    /// What the host would hold after a write, plus defaulting and a resourceVersion.
+    fn landed(write: &HostWrite) -> Value {
+        let (HostWrite::Create(v) | HostWrite::Apply(v)) = write else {
+            panic!("not a write: {write:?}")
+        };
+        let mut v = v.clone();
+        v["metadata"]["uid"] = json!("host-uid");
+        v["metadata"]["resourceVersion"] = json!("100");
+        v["metadata"]["labels"]["added-by-host-admission"] = json!("yes");
+        v
+    }
+
+    #[test]
+    fn create_then_unchanged_then_update() {
+        let p = planner();
+        let o = cm("a");
+        let step = reconcile_present(&tenant(), &o, &p.plan(&o, None), None, stamp());
+        assert_eq!(step.decision.outcome, Outcome::Synced);
+        let write = step.write.clone().unwrap();
+        let HostWrite::Create(created) = &write else {
+            panic!("{write:?}")
+        };
+        assert_eq!(
+            created["metadata"]["annotations"][provenance::DECISION_ID],
+            json!(step.decision.id)
+        );
+        let host = landed(&write);
+
+        // Resync with the same object: nothing written, whatever the host added.
+        let again = reconcile_present(&tenant(), &o, &p.plan(&o, None), Some(&host), stamp());
+        assert_eq!(again.decision.outcome, Outcome::Unchanged);
+        assert_eq!(again.write, None);
+
+        let changed = cm("b");
+        let upd = reconcile_present(&tenant(), &changed, &p.plan(&changed, None), Some(&host), stamp());
+        assert_eq!(upd.decision.outcome, Outcome::Synced);
+        let Some(HostWrite::Apply(applied)) = &upd.write else {
+            panic!("{:?}", upd.write)
+        };
+        assert_eq!(applied["metadata"]["resourceVersion"], "100");
+        assert_eq!(applied["data"]["k"], "b");
+    }
+
+    #[test]
+    fn a_foreign_host_object_is_a_conflict_even_when_the_planner_did_not_see_it() {
+        let p = planner();
+        let o = cm("a");
+        let plan = p.plan(&o, None);
+        let foreign = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "cfg-x-web", "namespace": "tenant-acme", "uid": "f"},
+            "data": {"theirs": "1"}});
+        let step = reconcile_present(&tenant(), &o, &plan, Some(&foreign), stamp());
+        assert_eq!(step.decision.outcome, Outcome::Conflict);
+        assert_eq!(step.decision.reason, "HostObjectNotManaged");
+        assert_eq!(step.write, None);
+        assert_eq!(step.status_up, None);
+    }
+
+    #[test]
+    fn rejected_objects_write_nothing_and_drop_what_was_synced_before() {
+        let p = planner();
+        let pod = |host_network: bool| {
+            TenantObject::from_value(json!({"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": "p", "namespace": "web", "uid": "u"},
+                "spec": {"hostNetwork": host_network, "containers": [{"name": "a", "image": "x"}]}}))
+            .unwrap()
+        };
+        let bad = pod(true);
+        let step = reconcile_present(&tenant(), &bad, &p.plan(&bad, None), None, stamp());
+        assert_eq!(step.decision.outcome, Outcome::Rejected);
+        assert_eq!(step.decision.reason, "HostNetworkForbidden");
+        assert_eq!(step.write, None);
+
+        let good = pod(false);
+        let created = reconcile_present(&tenant(), &good, &p.plan(&good, None), None, stamp());
+        let host = landed(created.write.as_ref().unwrap());
+        let step = reconcile_present(&tenant(), &bad, &p.plan(&bad, None), Some(&host), stamp());
+        assert_eq!(step.decision.outcome, Outcome::Rejected);
+        assert_eq!(
+            step.write,
+            Some(HostWrite::Delete {
+                name: "p-x-web".into(),
+                uid: Some("host-uid".into())
+            })
+        );
+    }
+
+    #[test]
+    fn untranslatable_objects_are_rejected_with_the_field() {
+        let p = planner();
+        let o = TenantObject::from_value(json!({"apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "tok", "namespace": "web"},
+            "type": "kubernetes.io/service-account-token"}))
+        .unwrap();
+        let step = reconcile_present(&tenant(), &o, &p.plan(&o, None), None, stamp());
+        assert_eq!(step.decision.outcome, Outcome::Rejected);
+        assert_eq!(step.decision.reason, "ServiceAccountTokenSecretForbidden");
+        assert_eq!(step.decision.field_path.as_deref(), Some("type"));
+        assert_eq!(step.write, None);
+    }
+
+    #[test]
+    fn deletion_only_of_our_own_host_object() {
+        let p = planner();
+        let o = cm("a");
+        let created = reconcile_present(&tenant(), &o, &p.plan(&o, None), None, stamp());
+        let host = landed(created.write.as_ref().unwrap());
+        let step = reconcile_absent(&tenant(), &o.identity, Some(&host), stamp()).unwrap();
+        assert_eq!(step.decision.outcome, Outcome::Deleted);
+        assert_eq!(
+            step.write,
+            Some(HostWrite::Delete {
+                name: "cfg-x-web".into(),
+                uid: Some("host-uid".into())
+            })
+        );
+        let mut other = o.identity.clone();
+        other.namespace = "other".into();
+        assert_eq!(reconcile_absent(&tenant(), &other, Some(&host), stamp()), None);
+        let foreign = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "cfg-x-web", "namespace": "tenant-acme"}});
+        assert_eq!(reconcile_absent(&tenant(), &o.identity, Some(&foreign), stamp()), None);
+    }
+
+    #[test]
+    fn status_flows_up_from_our_host_object() {
+        let p = planner();
+        let o = TenantObject::from_value(json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "p", "namespace": "web", "uid": "u"},
+            "spec": {"containers": [{"name": "a", "image": "x"}]}}))
+        .unwrap();
+        let created = reconcile_present(&tenant(), &o, &p.plan(&o, None), None, stamp());
+        let mut host = landed(created.write.as_ref().unwrap());
+        host["status"] = json!({"phase": "Running", "podIP": "10.0.0.9"});
+        let step = reconcile_present(&tenant(), &o, &p.plan(&o, None), Some(&host), stamp());
+        assert_eq!(step.write, None);
+        assert_eq!(step.status_up, Some(json!({"phase": "Running", "podIP": "10.0.0.9"})));
+    }
+
+    #[test]
+    fn spoofed_provenance_is_stripped_and_said_so() {
+        let p = planner();
+        let o = TenantObject::from_value(json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "cfg", "namespace": "web",
+                "labels": {"tenantplane.io/tenant": "victim"}}}))
+        .unwrap();
+        let step = reconcile_present(&tenant(), &o, &p.plan(&o, None), None, stamp());
+        let Some(HostWrite::Create(v)) = &step.write else {
+            panic!()
+        };
+        assert_eq!(v["metadata"]["labels"]["tenantplane.io/tenant"], "acme");
+        assert_eq!(step.decision.stripped_keys, vec!["label tenantplane.io/tenant"]);
+    }
+}

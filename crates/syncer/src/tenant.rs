@@ -1,0 +1,666 @@
+//! The runtime of one Tenant: watches of its synced kinds in the tenant control plane and in its
+//! host namespace, a deduplicating work queue keyed by (kind, namespace, name), and workers that
+//! plan in batches, reconcile, record and write.
+//!
+//! ```text
+//!  tenant API ──watch kind k──▶ store ─┐                         ┌─▶ planner (batch)
+//!  host ns    ──watch kind k──▶ store ─┼─▶ queue (k, ns, name) ──▶ workers ──▶ reconcile ──▶ record ──▶ write
+//!             (provenance → key)       │   dedupe, backoff        (global permits:
+//!  resync timer ──every key────────────┘                           fair across tenants)
+//! ```
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::Context as _;
+use futures::StreamExt;
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams, Preconditions};
+use kube::core::ApiResource;
+use kube::discovery::{ApiCapabilities, Discovery, Scope, verbs};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, ResourceExt};
+use serde_json::{Value, json};
+use tenantplane_api::{Tenant, provenance};
+use tenantplane_core::collision::HostObjectMeta;
+use tenantplane_core::decision::{Outcome, Stamp};
+use tenantplane_core::mapping::{self, TenantPlacement};
+use tenantplane_core::{CompiledPolicy, SourceIdentity, TenantObject};
+use tokio::sync::{Semaphore, watch};
+use tokio::task::JoinHandle;
+
+use crate::planner::{PlanRequest, PlanService};
+use crate::ratelimit::RateLimiter;
+use crate::reconcile::{self, HostWrite, Step};
+use crate::record::{COMPONENT, DecisionLog, DecisionRecorder, TenantLedger, reference_of};
+
+/// Field manager of every host write.
+pub const FIELD_MANAGER: &str = "tenantplane-syncer";
+
+/// Tuning shared by every tenant.
+#[derive(Debug, Clone)]
+pub struct Tuning {
+    /// Objects planned per planner call and reconciled together.
+    pub batch: usize,
+    /// Workers per tenant (each holds at most one global permit at a time).
+    pub workers_per_tenant: usize,
+    /// Every key is re-evaluated this often (no write when nothing changed).
+    pub resync: Duration,
+    /// First retry delay of a Deferred or Failed object; doubles up to `backoff_max`.
+    pub backoff_base: Duration,
+    /// Longest retry delay.
+    pub backoff_max: Duration,
+    /// Requests per second to each tenant control plane.
+    pub tenant_qps: f64,
+    /// Burst of requests to each tenant control plane.
+    pub tenant_burst: u32,
+}
+
+impl Default for Tuning {
+    fn default() -> Self {
+        Tuning {
+            batch: 64,
+            workers_per_tenant: 4,
+            resync: Duration::from_secs(300),
+            backoff_base: Duration::from_millis(200),
+            backoff_max: Duration::from_secs(60),
+            tenant_qps: 200.0,
+            tenant_burst: 400,
+        }
+    }
+}
+
+/// What every tenant runtime shares.
+pub struct Shared {
+    /// Host cluster client.
+    pub host: Client,
+    /// Rate limit of host requests (all tenants together).
+    pub host_limiter: RateLimiter,
+    /// Where plans come from.
+    pub planner: Arc<dyn PlanService>,
+    /// The durable decision log, when configured.
+    pub log: Option<Arc<dyn DecisionLog>>,
+    /// Batches in flight across all tenants (the global concurrency bound).
+    pub permits: Semaphore,
+    /// Tuning.
+    pub tuning: Tuning,
+}
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shared")
+            .field("planner", &self.planner)
+            .field("tuning", &self.tuning)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A work item: one tenant object by kind index, namespace and name.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct Key {
+    kind: usize,
+    namespace: String,
+    name: String,
+}
+
+#[derive(Debug)]
+struct Kind {
+    ar: ApiResource,
+    tenant: Store<DynamicObject>,
+    host: Store<DynamicObject>,
+    host_api: Api<DynamicObject>,
+    has_status: bool,
+}
+
+/// A running tenant; its tasks stop when it is dropped.
+#[derive(Debug)]
+pub struct TenantRuntime {
+    tasks: Vec<JoinHandle<()>>,
+    /// True once every watch has listed once and the first pass is queued.
+    pub ready: watch::Receiver<bool>,
+    /// The kinds watched, as `group/Kind`.
+    pub kinds: Vec<String>,
+}
+
+impl Drop for TenantRuntime {
+    fn drop(&mut self) {
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
+}
+
+/// Kinds never synced through a wildcard rule: they describe the control plane itself.
+const WILDCARD_EXCLUDED: [(&str, &str); 5] = [
+    ("", "Event"),
+    ("events.k8s.io", "Event"),
+    ("coordination.k8s.io", "Lease"),
+    ("discovery.k8s.io", "EndpointSlice"),
+    ("apps", "ControllerRevision"),
+];
+
+/// Resolves the (group, kind) pairs a policy can sync against the tenant's discovery: namespaced
+/// kinds that can be listed and watched; `*` expands to every such kind but control-plane
+/// bookkeeping kinds.
+pub async fn resolve_kinds(
+    client: &Client,
+    policy: &CompiledPolicy,
+) -> anyhow::Result<Vec<(ApiResource, ApiCapabilities)>> {
+    let wanted = policy.synced_kinds();
+    let discovery = Discovery::new(client.clone())
+        .run()
+        .await
+        .context("discovering the tenant control plane's API")?;
+    let mut out: Vec<(ApiResource, ApiCapabilities)> = Vec::new();
+    for group in discovery.groups() {
+        for (ar, caps) in group.recommended_resources() {
+            if caps.scope != Scope::Namespaced
+                || !caps.supports_operation(verbs::WATCH)
+                || !caps.supports_operation(verbs::LIST)
+                || ar.plural.contains('/')
+            {
+                continue;
+            }
+            let exact = wanted
+                .iter()
+                .any(|(g, k)| g == &ar.group && k == &ar.kind);
+            let wildcard = wanted.iter().any(|(g, k)| {
+                (g == "*" || g == &ar.group) && (k == "*" || k == &ar.kind) && !(g == &ar.group && k == &ar.kind)
+            }) && !WILDCARD_EXCLUDED.contains(&(ar.group.as_str(), ar.kind.as_str()));
+            if (exact || wildcard) && !out.iter().any(|(a, _)| a.group == ar.group && a.kind == ar.kind) {
+                out.push((ar, caps));
+            }
+        }
+    }
+    out.sort_by(|a, b| (&a.0.group, &a.0.kind).cmp(&(&b.0.group, &b.0.kind)));
+    Ok(out)
+}
+
+/// Per-tenant state the workers share.
+struct Worker {
+    shared: Arc<Shared>,
+    tenant: Tenant,
+    placement: TenantPlacement,
+    policy: Option<String>,
+    kinds: Vec<Kind>,
+    queue: Arc<crate::queue::WorkQueue<Key>>,
+    recorder: DecisionRecorder,
+    tenant_client: Client,
+    tenant_limiter: RateLimiter,
+    attempts: Mutex<HashMap<Key, u32>>,
+}
+
+/// Starts the runtime of one tenant.
+pub async fn start(
+    shared: Arc<Shared>,
+    tenant: Tenant,
+    policy_text: Option<String>,
+    kinds: Vec<(ApiResource, ApiCapabilities)>,
+    tenant_client: Client,
+    ledger: TenantLedger,
+) -> anyhow::Result<TenantRuntime> {
+    let placement = TenantPlacement::from(&tenant);
+    let host_ns = placement.host_namespace.clone();
+    let mut tasks = Vec::new();
+    let mut kind_table = Vec::new();
+    let mut watch_streams = Vec::new();
+    for (index, (ar, caps)) in kinds.iter().enumerate() {
+        let tenant_api = Api::<DynamicObject>::all_with(tenant_client.clone(), ar);
+        let host_api = Api::<DynamicObject>::namespaced_with(shared.host.clone(), &host_ns, ar);
+        let tenant_writer = reflector::store::Writer::new(ar.clone());
+        let host_writer = reflector::store::Writer::new(ar.clone());
+        kind_table.push(Kind {
+            ar: ar.clone(),
+            tenant: tenant_writer.as_reader(),
+            host: host_writer.as_reader(),
+            host_api: host_api.clone(),
+            has_status: caps.subresources.iter().any(|(s, _)| s.plural == "status")
+                || tenantplane_core::translate::status_flows_up(&ar.group, &ar.kind),
+        });
+        watch_streams.push((index, tenant_api, tenant_writer, host_api, host_writer));
+    }
+    let tuning = shared.tuning.clone();
+    let worker = Arc::new(Worker {
+        recorder: DecisionRecorder::new(tenant_client.clone(), ledger, shared.log.clone()),
+        tenant_client: tenant_client.clone(),
+        shared,
+        placement,
+        policy: policy_text,
+        kinds: kind_table,
+        queue: crate::queue::WorkQueue::new(),
+        tenant_limiter: RateLimiter::new(tuning.tenant_qps, tuning.tenant_burst),
+        attempts: Mutex::new(HashMap::new()),
+        tenant,
+    });
+
+    for (index, tenant_api, tenant_writer, host_api, host_writer) in watch_streams {
+        let w = worker.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut events = watcher(tenant_api, watcher::Config::default())
+                .default_backoff()
+                .reflect(tenant_writer)
+                .touched_objects()
+                .boxed();
+            while let Some(event) = events.next().await {
+                match event {
+                    Ok(obj) => w.queue.push(Key {
+                        kind: index,
+                        namespace: obj.namespace().unwrap_or_default(),
+                        name: obj.name_any(),
+                    }),
+                    Err(e) => tracing::warn!(tenant = %w.placement.tenant, error = %e, "tenant watch"),
+                }
+            }
+        }));
+        let w = worker.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut events = watcher(host_api, watcher::Config::default())
+                .default_backoff()
+                .reflect(host_writer)
+                .touched_objects()
+                .boxed();
+            while let Some(event) = events.next().await {
+                match event {
+                    Ok(obj) => {
+                        if let Some(key) = w.key_of_host(index, &obj) {
+                            w.queue.push(key);
+                        }
+                    }
+                    Err(e) => tracing::warn!(tenant = %w.placement.tenant, error = %e, "host watch"),
+                }
+            }
+        }));
+    }
+
+    let (ready_tx, ready) = watch::channel(false);
+    let w = worker.clone();
+    tasks.push(tokio::spawn(async move {
+        for k in &w.kinds {
+            // Nothing is decided before both sides are listed: an unlisted store would look like
+            // deleted tenant objects and delete their host objects.
+            let _ = k.tenant.wait_until_ready().await;
+            let _ = k.host.wait_until_ready().await;
+        }
+        w.enqueue_all();
+        let _ = ready_tx.send(true);
+        loop {
+            tokio::time::sleep(w.shared.tuning.resync).await;
+            w.enqueue_all();
+        }
+    }));
+    for _ in 0..tuning.workers_per_tenant.max(1) {
+        let w = worker.clone();
+        tasks.push(tokio::spawn(async move { w.work().await }));
+    }
+    Ok(TenantRuntime {
+        tasks,
+        ready,
+        kinds: kinds
+            .iter()
+            .map(|(ar, _)| format!("{}/{}", ar.group, ar.kind))
+            .collect(),
+    })
+}
+
+fn to_value(obj: &DynamicObject) -> Value {
+    serde_json::to_value(obj).expect("a DynamicObject always serializes")
+}
+
+impl Worker {
+    /// The tenant object key a host object of kind `index` was synced from, if it is ours.
+    fn key_of_host(&self, index: usize, obj: &DynamicObject) -> Option<Key> {
+        let labels = obj.labels();
+        let annotations = obj.annotations();
+        if labels.get(provenance::TENANT)? != &self.placement.tenant {
+            return None;
+        }
+        if annotations.get(provenance::SOURCE_KIND)? != &self.kinds[index].ar.kind {
+            return None;
+        }
+        Some(Key {
+            kind: index,
+            namespace: labels.get(provenance::SOURCE_NAMESPACE)?.clone(),
+            name: annotations.get(provenance::SOURCE_NAME)?.clone(),
+        })
+    }
+
+    fn enqueue_all(&self) {
+        for (index, k) in self.kinds.iter().enumerate() {
+            for obj in k.tenant.state() {
+                self.queue.push(Key {
+                    kind: index,
+                    namespace: obj.namespace().unwrap_or_default(),
+                    name: obj.name_any(),
+                });
+            }
+            for obj in k.host.state() {
+                if let Some(key) = self.key_of_host(index, &obj) {
+                    self.queue.push(key);
+                }
+            }
+        }
+    }
+
+    async fn work(self: Arc<Self>) {
+        loop {
+            let batch = self.queue.pop_batch(self.shared.tuning.batch).await;
+            let permit = self.shared.permits.acquire().await;
+            self.process(&batch).await;
+            drop(permit);
+            for key in &batch {
+                self.queue.done(key);
+            }
+        }
+    }
+
+    fn key_string(&self, key: &Key) -> String {
+        let ar = &self.kinds[key.kind].ar;
+        format!("{}/{}/{}/{}", ar.group, ar.kind, key.namespace, key.name)
+    }
+
+    fn host_cached(&self, kind: usize, name: &str) -> Option<Value> {
+        let k = &self.kinds[kind];
+        k.host
+            .get(&ObjectRef::new_with(name, k.ar.clone()).within(&self.placement.host_namespace))
+            .map(|o| to_value(&o))
+    }
+
+    fn backoff(&self, key: &Key) {
+        let attempt = {
+            let mut a = self.attempts.lock().expect("attempts lock");
+            let n = a.entry(key.clone()).or_insert(0);
+            *n += 1;
+            *n
+        };
+        let t = &self.shared.tuning;
+        let delay = t
+            .backoff_base
+            .saturating_mul(1u32 << attempt.min(16).saturating_sub(1))
+            .min(t.backoff_max);
+        self.queue.push_after(key.clone(), delay);
+    }
+
+    fn succeeded(&self, key: &Key) {
+        self.attempts.lock().expect("attempts lock").remove(key);
+    }
+
+    async fn process(&self, batch: &[Key]) {
+        let mut present: Vec<(Key, TenantObject)> = Vec::new();
+        for key in batch {
+            let kind = &self.kinds[key.kind];
+            let found = kind
+                .tenant
+                .get(&ObjectRef::new_with(&key.name, kind.ar.clone()).within(&key.namespace));
+            match found {
+                Some(obj) => match TenantObject::from_value(to_value(&obj)) {
+                    Ok(o) => present.push((key.clone(), o)),
+                    Err(e) => tracing::warn!(error = %e, "unreadable tenant object"),
+                },
+                None => self.reconcile_absent(key).await,
+            }
+        }
+        if present.is_empty() {
+            return;
+        }
+        let objects: Vec<TenantObject> = present.iter().map(|(_, o)| o.clone()).collect();
+        let host: Vec<HostObjectMeta> = present
+            .iter()
+            .filter_map(|(key, o)| {
+                let id = &o.identity;
+                let name = mapping::host_name(
+                    &self.placement.tenant,
+                    id.group(),
+                    &id.kind,
+                    &id.namespace,
+                    &id.name,
+                )
+                .0;
+                self.host_cached(key.kind, &name)
+                    .and_then(|v| reconcile::host_meta(&v))
+            })
+            .collect();
+        let plans = self
+            .shared
+            .planner
+            .plan(PlanRequest {
+                tenant: &self.tenant,
+                policy: self.policy.as_deref(),
+                objects: &objects,
+                host: &host,
+            })
+            .await;
+        let plans = match plans {
+            Ok(p) if p.len() == present.len() => p,
+            Ok(p) => {
+                tracing::error!(asked = present.len(), got = p.len(), "planner answered a different number of plans");
+                for (key, _) in &present {
+                    self.backoff(key);
+                }
+                return;
+            }
+            Err(e) => {
+                for (key, o) in &present {
+                    let d = reconcile::deferred(
+                        &self.placement,
+                        o,
+                        e.reason(),
+                        &format!("{e}; retried with backoff, nothing guessed"),
+                        Stamp::now(COMPONENT),
+                    );
+                    let k = self.key_string(key);
+                    let content = reconcile::observed_digest(&o.object);
+                    if self.recorder.ledger().worth_recording(&k, &d, &content, false) {
+                        let _ = self
+                            .recorder
+                            .record(&k, &d, &content, Some(reference_of(&o.object)))
+                            .await;
+                    }
+                    self.backoff(key);
+                }
+                return;
+            }
+        };
+        let batch_concurrency = self.shared.tuning.batch.max(1);
+        futures::stream::iter(present.into_iter().zip(plans))
+            .for_each_concurrent(batch_concurrency, |((key, object), plan)| async move {
+                self.reconcile_present(&key, &object, &plan).await;
+            })
+            .await;
+    }
+
+    async fn reconcile_present(&self, key: &Key, object: &TenantObject, plan: &tenantplane_core::Plan) {
+        let kind = &self.kinds[key.kind];
+        let cached = self.host_cached(key.kind, &plan.placement.name);
+        let mut step = reconcile::reconcile_present(
+            &self.placement,
+            object,
+            plan,
+            cached.as_ref(),
+            Stamp::now(COMPONENT),
+        );
+        if step.write.is_some() {
+            // Writes are decided against the live host object, not the cache.
+            self.shared.host_limiter.acquire().await;
+            let live = match kind.host_api.get_opt(&plan.placement.name).await {
+                Ok(live) => live.map(|o| to_value(&o)),
+                Err(e) => {
+                    tracing::warn!(error = %e, "reading the host object failed; retrying");
+                    self.backoff(key);
+                    return;
+                }
+            };
+            if live.as_ref().map(|v| v.pointer("/metadata/resourceVersion"))
+                != cached.as_ref().map(|v| v.pointer("/metadata/resourceVersion"))
+            {
+                step = reconcile::reconcile_present(
+                    &self.placement,
+                    object,
+                    plan,
+                    live.as_ref(),
+                    Stamp::now(COMPONENT),
+                );
+            }
+        }
+        let k = self.key_string(key);
+        let content = reconcile::observed_digest(&object.object);
+        let ledger = self.recorder.ledger();
+        if step.decision.outcome == Outcome::Unchanged && !ledger.seen(&k) {
+            // First sight since start of an object already in place: the decision on the host
+            // object still explains it; re-recording it on every restart would be noise.
+            ledger.remember(&k, &step.decision, &content);
+        } else if ledger.worth_recording(&k, &step.decision, &content, step.writes())
+            && let Err(e) = self
+                .recorder
+                .record(&k, &step.decision, &content, Some(reference_of(&object.object)))
+                .await
+        {
+            tracing::warn!(error = %e, "decision not recorded; nothing written, retrying");
+            self.backoff(key);
+            return;
+        }
+        if !self.write(key, &k, &step, &content, Some(&object.object)).await {
+            return;
+        }
+        if step.decision.outcome == Outcome::Deleted {
+            // An older incarnation's host object went; the current object is placed next.
+            self.queue.push_after(key.clone(), self.shared.tuning.backoff_base);
+        }
+        if let Some(status) = step.status_up
+            && kind.has_status
+        {
+            self.tenant_limiter.acquire().await;
+            let api = Api::<DynamicObject>::namespaced_with(
+                self.tenant_client.clone(),
+                &object.identity.namespace,
+                &kind.ar,
+            );
+            if let Err(e) = api
+                .patch_status(
+                    &object.identity.name,
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({ "status": status })),
+                )
+                .await
+            {
+                tracing::debug!(error = %e, "status up-sync failed; the next host event retries");
+            }
+        }
+        self.succeeded(key);
+    }
+
+    /// Performs the step's host write. Returns false when the key was requeued.
+    async fn write(
+        &self,
+        key: &Key,
+        k: &str,
+        step: &Step,
+        content: &str,
+        tenant_object: Option<&Value>,
+    ) -> bool {
+        let Some(write) = &step.write else {
+            return true;
+        };
+        let kind = &self.kinds[key.kind];
+        self.shared.host_limiter.acquire().await;
+        let result = match write {
+            HostWrite::Create(object) => {
+                let obj: DynamicObject = match serde_json::from_value(object.clone()) {
+                    Ok(o) => o,
+                    Err(e) => {
+                        tracing::error!(error = %e, "desired object does not decode");
+                        return false;
+                    }
+                };
+                kind.host_api
+                    .create(
+                        &PostParams {
+                            dry_run: false,
+                            field_manager: Some(FIELD_MANAGER.into()),
+                        },
+                        &obj,
+                    )
+                    .await
+                    .map(|_| ())
+            }
+            HostWrite::Apply(object) => {
+                let name = object["metadata"]["name"].as_str().unwrap_or_default();
+                kind.host_api
+                    .patch(name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(object))
+                    .await
+                    .map(|_| ())
+            }
+            HostWrite::Delete { name, uid } => {
+                let params = DeleteParams {
+                    preconditions: uid.clone().map(|uid| Preconditions {
+                        uid: Some(uid),
+                        resource_version: None,
+                    }),
+                    ..DeleteParams::default()
+                };
+                match kind.host_api.delete(name, &params).await {
+                    Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+                    other => other.map(|_| ()),
+                }
+            }
+        };
+        match result {
+            Ok(()) => true,
+            Err(kube::Error::Api(s)) if s.code == 409 => {
+                // Someone wrote at the target name meanwhile: decide again on fresh state.
+                self.backoff(key);
+                false
+            }
+            Err(e) => {
+                let failed = reconcile::failed(&step.decision, &e.to_string(), Stamp::now(COMPONENT));
+                let _ = self
+                    .recorder
+                    .record(k, &failed, content, tenant_object.map(reference_of))
+                    .await;
+                self.backoff(key);
+                false
+            }
+        }
+    }
+
+    async fn reconcile_absent(&self, key: &Key) {
+        let kind = &self.kinds[key.kind];
+        let k = self.key_string(key);
+        let name = mapping::host_name(
+            &self.placement.tenant,
+            &kind.ar.group,
+            &kind.ar.kind,
+            &key.namespace,
+            &key.name,
+        )
+        .0;
+        let source = SourceIdentity {
+            api_version: kind.ar.api_version.clone(),
+            kind: kind.ar.kind.clone(),
+            namespace: key.namespace.clone(),
+            name: key.name.clone(),
+            uid: String::new(),
+        };
+        let Some(cached) = self.host_cached(key.kind, &name) else {
+            self.recorder.ledger().forget(&k);
+            self.succeeded(key);
+            return;
+        };
+        let Some(step) =
+            reconcile::reconcile_absent(&self.placement, &source, Some(&cached), Stamp::now(COMPONENT))
+        else {
+            self.recorder.ledger().forget(&k);
+            self.succeeded(key);
+            return;
+        };
+        if let Err(e) = self.recorder.record(&k, &step.decision, "", None).await {
+            tracing::warn!(error = %e, "decision not recorded; nothing deleted, retrying");
+            self.backoff(key);
+            return;
+        }
+        if self.write(key, &k, &step, "", None).await {
+            self.recorder.ledger().forget(&k);
+            self.succeeded(key);
+        }
+    }
+}
