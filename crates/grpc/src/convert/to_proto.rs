@@ -1,0 +1,254 @@
+//! Core → wire: what the servers answer with, and what the client sends.
+
+use k8s_openapi::jiff::Timestamp;
+use tenantplane_api::{IsolationLevel, SyncAction, Tenant};
+use tenantplane_core::collision::{Collision, ConflictCause};
+use tenantplane_core::decision::{HostAction, HostTarget, PolicyRef, ProfileRef, Subject};
+use tenantplane_core::mapping::{HostNameForm, Provenance};
+use tenantplane_core::{Decision, Outcome, Placement, Plan, SourceIdentity, Verdict};
+use tenantplane_isolation::{CompiledObject, IsolationProvenance, ObjectRef};
+use tenantplane_proto::isolation::v1 as isolation;
+use tenantplane_proto::planner::v1 as planner;
+use tenantplane_proto::types::v1 as types;
+
+/// A tenant as the wire carries it: its name and explicit host namespace (empty: the default).
+pub fn tenant(tenant: &Tenant) -> types::TenantRef {
+    types::TenantRef {
+        name: tenant.name().to_string(),
+        host_namespace: tenant.spec.host_namespace.clone().unwrap_or_default(),
+    }
+}
+
+/// The plan of one tenant object with its decision.
+pub fn object_plan(
+    source: &SourceIdentity,
+    plan: &Plan,
+    decision: &Decision,
+) -> planner::ObjectPlan {
+    planner::ObjectPlan {
+        source: Some(source_identity(source)),
+        placement: Some(placement(&plan.placement)),
+        verdict: Some(verdict(&plan.verdict)),
+        collision: plan.collision.as_ref().map(collision),
+        outcome: outcome(plan.outcome).into(),
+        action: host_action(plan.action).into(),
+        reason: plan.reason.clone(),
+        message: plan.message.clone(),
+        decision: Some(self::decision(decision)),
+    }
+}
+
+/// A tenant object's identity.
+pub fn source_identity(id: &SourceIdentity) -> types::SourceIdentity {
+    types::SourceIdentity {
+        api_version: id.api_version.clone(),
+        kind: id.kind.clone(),
+        namespace: id.namespace.clone(),
+        name: id.name.clone(),
+        uid: id.uid.clone(),
+    }
+}
+
+fn placement(p: &Placement) -> planner::Placement {
+    planner::Placement {
+        target: Some(types::ObjectRef {
+            api_version: p.api_version.clone(),
+            kind: p.kind.clone(),
+            namespace: p.namespace.clone(),
+            name: p.name.clone(),
+        }),
+        name_form: match p.name_form {
+            HostNameForm::Readable => planner::NameForm::Readable,
+            HostNameForm::Hashed => planner::NameForm::Hashed,
+        }
+        .into(),
+        labels: p.labels.clone().into_iter().collect(),
+        annotations: p.annotations.clone().into_iter().collect(),
+        stripped_keys: p.stripped_keys.clone(),
+    }
+}
+
+fn verdict(v: &Verdict) -> planner::Verdict {
+    planner::Verdict {
+        policy: Some(policy_ref(&v.policy, &v.policy_revision, v.rule.as_deref())),
+        action: match v.action {
+            SyncAction::Sync => planner::SyncAction::Sync,
+            SyncAction::Skip => planner::SyncAction::Skip,
+            SyncAction::Reject => planner::SyncAction::Reject,
+        }
+        .into(),
+        reason: v.reason.clone(),
+        message: v.message.clone(),
+        field_path: v.field_path.clone().unwrap_or_default(),
+    }
+}
+
+/// A SyncPolicy (and the rule that decided, when one did).
+pub fn policy_ref(name: &str, revision: &str, rule: Option<&str>) -> types::PolicyRef {
+    types::PolicyRef {
+        name: name.to_string(),
+        revision: revision.to_string(),
+        rule: rule.unwrap_or_default().to_string(),
+    }
+}
+
+fn collision(c: &Collision) -> planner::Collision {
+    let (kind, owner, cause) = match c {
+        Collision::Create => (planner::CollisionKind::Create, "", None),
+        Collision::UpdateOwn => (planner::CollisionKind::UpdateOwn, "", None),
+        Collision::Conflict { owner, differs } => (
+            planner::CollisionKind::Conflict,
+            owner.as_str(),
+            Some(*differs),
+        ),
+    };
+    planner::Collision {
+        kind: kind.into(),
+        owner: owner.to_string(),
+        cause: cause
+            .map_or(planner::ConflictCause::Unspecified, conflict_cause)
+            .into(),
+    }
+}
+
+fn conflict_cause(cause: ConflictCause) -> planner::ConflictCause {
+    match cause {
+        ConflictCause::NoProvenance => planner::ConflictCause::NoProvenance,
+        ConflictCause::IncompleteProvenance => planner::ConflictCause::IncompleteProvenance,
+        ConflictCause::OtherTenant => planner::ConflictCause::OtherTenant,
+        ConflictCause::OtherKind => planner::ConflictCause::OtherKind,
+        ConflictCause::OtherSource => planner::ConflictCause::OtherSource,
+        ConflictCause::OtherUid => planner::ConflictCause::OtherUid,
+    }
+}
+
+fn outcome(o: Outcome) -> types::Outcome {
+    match o {
+        Outcome::Synced => types::Outcome::Synced,
+        Outcome::Unchanged => types::Outcome::Unchanged,
+        Outcome::Skipped => types::Outcome::Skipped,
+        Outcome::Rejected => types::Outcome::Rejected,
+        Outcome::Conflict => types::Outcome::Conflict,
+        Outcome::Deleted => types::Outcome::Deleted,
+        Outcome::Failed => types::Outcome::Failed,
+        Outcome::Deferred => types::Outcome::Deferred,
+    }
+}
+
+fn host_action(a: HostAction) -> types::HostAction {
+    match a {
+        HostAction::Create => types::HostAction::Create,
+        HostAction::Update => types::HostAction::Update,
+        HostAction::Delete => types::HostAction::Delete,
+        HostAction::None => types::HostAction::None,
+    }
+}
+
+/// A decision record.
+pub fn decision(d: &Decision) -> types::Decision {
+    let Subject {
+        api_version,
+        kind,
+        namespace,
+        name,
+        uid,
+        resource_version,
+    } = &d.subject;
+    types::Decision {
+        id: d.id.clone(),
+        time: Some(timestamp(d.time)),
+        tenant: d.tenant.clone(),
+        subject: Some(types::Subject {
+            api_version: api_version.clone(),
+            kind: kind.clone(),
+            namespace: namespace.clone(),
+            name: name.clone(),
+            uid: uid.clone(),
+            resource_version: resource_version.clone(),
+        }),
+        target: d.target.as_ref().map(|t: &HostTarget| types::ObjectRef {
+            api_version: t.api_version.clone(),
+            kind: t.kind.clone(),
+            namespace: t.namespace.clone(),
+            name: t.name.clone(),
+        }),
+        outcome: outcome(d.outcome).into(),
+        action: host_action(d.action).into(),
+        policy: d
+            .policy
+            .as_ref()
+            .map(|p: &PolicyRef| policy_ref(&p.name, &p.revision, p.rule.as_deref())),
+        profile: d.profile.as_ref().map(|p: &ProfileRef| types::ProfileRef {
+            name: p.name.clone(),
+            generation: p.generation,
+            field_path: p.field_path.clone(),
+        }),
+        reason: d.reason.clone(),
+        message: d.message.clone(),
+        field_path: d.field_path.clone().unwrap_or_default(),
+        stripped_keys: d.stripped_keys.clone(),
+        input_digest: d.input_digest.clone(),
+        mapping_version: d.mapping_version.clone(),
+        component: d.component.clone(),
+        component_version: d.component_version.clone(),
+        trace_id: d.trace_id.clone().unwrap_or_default(),
+        span_id: d.span_id.clone().unwrap_or_default(),
+    }
+}
+
+fn timestamp(t: Timestamp) -> prost_types::Timestamp {
+    prost_types::Timestamp {
+        seconds: t.as_second(),
+        nanos: t.subsec_nanosecond(),
+    }
+}
+
+/// A host object's provenance.
+pub fn provenance(p: &Provenance) -> planner::Provenance {
+    planner::Provenance {
+        tenant: p.tenant.clone(),
+        source: Some(source_identity(&p.source)),
+        mapping_version: p.mapping_version.clone(),
+        decision_id: p.decision_id.clone().unwrap_or_default(),
+    }
+}
+
+/// An object identity (cluster-scoped: empty namespace).
+pub fn object_ref(r: &ObjectRef) -> types::ObjectRef {
+    types::ObjectRef {
+        api_version: r.api_version.clone(),
+        kind: r.kind.clone(),
+        namespace: r.namespace.clone().unwrap_or_default(),
+        name: r.name.clone(),
+    }
+}
+
+/// A compiled isolation object: identity, JSON and provenance.
+pub fn compiled_object(o: &CompiledObject) -> isolation::CompiledObject {
+    let IsolationProvenance {
+        profile,
+        generation,
+        level,
+        field_paths,
+        explanation,
+    } = &o.provenance;
+    isolation::CompiledObject {
+        r#ref: ObjectRef::from_object(&o.object).as_ref().map(object_ref),
+        object: serde_json::to_vec(&o.object).expect("a JSON value always serializes"),
+        provenance: Some(isolation::IsolationProvenance {
+            profile: profile.clone(),
+            generation: *generation,
+            level: isolation_level(*level).into(),
+            field_paths: field_paths.clone(),
+            explanation: explanation.clone(),
+        }),
+    }
+}
+
+fn isolation_level(level: IsolationLevel) -> isolation::IsolationLevel {
+    match level {
+        IsolationLevel::Baseline => isolation::IsolationLevel::Baseline,
+        IsolationLevel::Restricted => isolation::IsolationLevel::Restricted,
+        IsolationLevel::Strict => isolation::IsolationLevel::Strict,
+    }
+}

@@ -1,0 +1,198 @@
+//! The Planner service: the core planner behind `tenantplane.planner.v1.Planner`.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use tenantplane_api::Tenant;
+use tenantplane_core::collision::HostObjectMeta;
+use tenantplane_core::decision::Stamp;
+use tenantplane_core::mapping::{self, ProvenanceError};
+use tenantplane_core::planner::HostState;
+use tenantplane_core::{CompiledPolicy, ENGINE_VERSION, MAPPING_VERSION, Planner, TenantObject};
+use tenantplane_proto::planner::v1::planner_server::{self, PlannerServer};
+use tenantplane_proto::planner::v1::{
+    ExplainHostObjectRequest, ExplainHostObjectResponse, GetVersionRequest, GetVersionResponse,
+    Ownership, PlanRequest, PlanResponse,
+};
+use tenantplane_proto::types::v1 as types;
+use tonic::{Request, Response, Status};
+
+use crate::convert::{from_proto, to_proto};
+use crate::error::RequestError;
+
+/// The acting component recorded in the decisions the planner service returns.
+pub const COMPONENT: &str = "tenantplane-planner";
+
+/// Compiled planners kept for reuse. Compiling a SyncPolicy (its CEL programs) costs more than
+/// planning a small batch, and callers send the same tenant and policy again and again.
+const CACHE_CAPACITY: usize = 256;
+
+/// The Planner service. Cheap to clone: clones share the cache of compiled policies.
+#[derive(Clone, Debug)]
+pub struct PlannerService {
+    cache: Arc<Mutex<HashMap<CacheKey, Arc<Planner>>>>,
+    /// Name and revision of the built-in default policy, reported by GetVersion.
+    default_policy: Arc<types::PolicyRef>,
+}
+
+/// A tenant (name, host namespace) and the exact SyncPolicy bytes (empty: the built-in default).
+type CacheKey = (String, String, Vec<u8>);
+
+impl Default for PlannerService {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl PlannerService {
+    /// A planner service with an empty cache.
+    pub fn new() -> Self {
+        let default = CompiledPolicy::builtin_default();
+        PlannerService {
+            cache: Arc::default(),
+            default_policy: Arc::new(to_proto::policy_ref(
+                default.name(),
+                default.revision(),
+                None,
+            )),
+        }
+    }
+
+    /// The tonic server of this service, ready to add to a router.
+    pub fn into_server(self) -> PlannerServer<Self> {
+        PlannerServer::new(self)
+    }
+
+    /// The planner for a tenant under the policy in `policy` (YAML or JSON; empty for the
+    /// built-in default), compiled once per distinct tenant and policy.
+    fn planner(&self, tenant: &Tenant, policy: &[u8]) -> Result<Arc<Planner>, RequestError> {
+        let key = (
+            tenant.name().to_string(),
+            tenant.host_namespace(),
+            policy.to_vec(),
+        );
+        if let Some(planner) = self.lock().get(&key) {
+            return Ok(planner.clone());
+        }
+        let compiled = if policy.is_empty() {
+            CompiledPolicy::builtin_default()
+        } else {
+            CompiledPolicy::from_yaml(&from_proto::text("sync_policy", policy)?)?
+        };
+        let planner = Arc::new(Planner::new(tenant, compiled));
+        let mut cache = self.lock();
+        if cache.len() >= CACHE_CAPACITY {
+            cache.clear();
+        }
+        cache.insert(key, planner.clone());
+        Ok(planner)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<CacheKey, Arc<Planner>>> {
+        // A panic while holding the lock cannot leave the map inconsistent (inserts are atomic).
+        self.cache.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn plan_batch(&self, request: &PlanRequest) -> Result<PlanResponse, RequestError> {
+        let tenant = from_proto::tenant(request.tenant.as_ref())?;
+        let objects = request
+            .objects
+            .iter()
+            .enumerate()
+            .map(|(i, bytes)| {
+                let at = format!("objects[{i}]");
+                let value = from_proto::json_object(&at, bytes)?;
+                TenantObject::from_value(value).map_err(|error| RequestError::Object { at, error })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut host = HostState::default();
+        for (i, bytes) in request.host_objects.iter().enumerate() {
+            let at = format!("host_objects[{i}]");
+            let value = from_proto::json_object(&at, bytes)?;
+            host.insert(
+                HostObjectMeta::from_value(&value)
+                    .map_err(|error| RequestError::Object { at, error })?,
+            );
+        }
+        let planner = self.planner(&tenant, &request.sync_policy)?;
+        let plans = planner
+            .plan_all(&objects, &host)
+            .zip(&objects)
+            .map(|(plan, object)| {
+                let decision = plan.to_decision(planner.tenant(), object, Stamp::now(COMPONENT));
+                to_proto::object_plan(&object.identity, &plan, &decision)
+            })
+            .collect();
+        let policy = planner.policy();
+        Ok(PlanResponse {
+            plans,
+            policy: Some(to_proto::policy_ref(policy.name(), policy.revision(), None)),
+        })
+    }
+
+    fn explain(
+        request: &ExplainHostObjectRequest,
+    ) -> Result<ExplainHostObjectResponse, RequestError> {
+        let at = "host_object";
+        let value = from_proto::json_object(at, &request.host_object)?;
+        let meta = HostObjectMeta::from_value(&value).map_err(|error| RequestError::Object {
+            at: at.to_string(),
+            error,
+        })?;
+        let host_object = Some(types::ObjectRef {
+            api_version: meta.api_version.clone(),
+            kind: meta.kind.clone(),
+            namespace: meta.namespace.clone(),
+            name: meta.name.clone(),
+        });
+        let mut response = ExplainHostObjectResponse {
+            host_object,
+            ..Default::default()
+        };
+        match mapping::provenance(&meta.labels, &meta.annotations) {
+            Ok(p) => {
+                response.set_ownership(Ownership::Managed);
+                response.message = format!(
+                    "synced from {} of tenant {} (mapping {})",
+                    p.source, p.tenant, p.mapping_version
+                );
+                response.provenance = Some(to_proto::provenance(&p));
+            }
+            Err(e @ ProvenanceError::NotManaged) => {
+                response.set_ownership(Ownership::NotManaged);
+                response.message = e.to_string();
+            }
+            Err(e @ ProvenanceError::Incomplete { key }) => {
+                response.set_ownership(Ownership::Incomplete);
+                response.missing_key = key.to_string();
+                response.message = e.to_string();
+            }
+        }
+        Ok(response)
+    }
+}
+
+#[tonic::async_trait]
+impl planner_server::Planner for PlannerService {
+    async fn plan(&self, request: Request<PlanRequest>) -> Result<Response<PlanResponse>, Status> {
+        Ok(Response::new(self.plan_batch(request.get_ref())?))
+    }
+
+    async fn explain_host_object(
+        &self,
+        request: Request<ExplainHostObjectRequest>,
+    ) -> Result<Response<ExplainHostObjectResponse>, Status> {
+        Ok(Response::new(Self::explain(request.get_ref())?))
+    }
+
+    async fn get_version(
+        &self,
+        _request: Request<GetVersionRequest>,
+    ) -> Result<Response<GetVersionResponse>, Status> {
+        Ok(Response::new(GetVersionResponse {
+            mapping_version: MAPPING_VERSION.to_string(),
+            engine_version: ENGINE_VERSION.to_string(),
+            default_policy: Some(types::PolicyRef::clone(&self.default_policy)),
+        }))
+    }
+}

@@ -1,0 +1,82 @@
+//! Configuration every service takes, by flag or environment variable.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use tonic::transport::{Certificate, Identity, ServerTlsConfig};
+
+/// Flags shared by every service (each also read from the environment variable it names).
+#[derive(Clone, Debug, clap::Args)]
+pub struct ServiceArgs {
+    /// Log format.
+    #[arg(long, env = "TENANTPLANE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+
+    /// Log filter, in tracing's EnvFilter syntax (`info`, `tenantplane_grpc=debug,info`).
+    #[arg(long, env = "TENANTPLANE_LOG", default_value = "info")]
+    pub log_filter: String,
+
+    /// TLS for the gRPC port.
+    #[command(flatten)]
+    pub tls: TlsArgs,
+}
+
+/// How log lines are written (to stderr).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line, for log collectors.
+    Json,
+}
+
+/// TLS and mutual TLS (rustls) for the gRPC port. Without a certificate the port speaks
+/// plaintext HTTP/2, which suits loopback and service meshes that add their own mTLS.
+#[derive(Clone, Debug, Default, clap::Args)]
+pub struct TlsArgs {
+    /// PEM certificate chain the gRPC port presents; enables TLS.
+    #[arg(
+        long,
+        env = "TENANTPLANE_TLS_CERT",
+        requires = "tls_key",
+        value_name = "FILE"
+    )]
+    pub tls_cert: Option<PathBuf>,
+
+    /// PEM private key of that certificate.
+    #[arg(
+        long,
+        env = "TENANTPLANE_TLS_KEY",
+        requires = "tls_cert",
+        value_name = "FILE"
+    )]
+    pub tls_key: Option<PathBuf>,
+
+    /// PEM CA certificates; when given, clients must present a certificate they signed (mutual
+    /// TLS).
+    #[arg(
+        long,
+        env = "TENANTPLANE_TLS_CLIENT_CA",
+        requires = "tls_cert",
+        value_name = "FILE"
+    )]
+    pub tls_client_ca: Option<PathBuf>,
+}
+
+impl TlsArgs {
+    /// The server TLS configuration these flags ask for (`None`: plaintext).
+    pub fn server_config(&self) -> anyhow::Result<Option<ServerTlsConfig>> {
+        let (Some(cert), Some(key)) = (&self.tls_cert, &self.tls_key) else {
+            return Ok(None);
+        };
+        let read = |path: &PathBuf| {
+            std::fs::read(path).with_context(|| format!("reading {}", path.display()))
+        };
+        let mut config =
+            ServerTlsConfig::new().identity(Identity::from_pem(read(cert)?, read(key)?));
+        if let Some(ca) = &self.tls_client_ca {
+            config = config.client_ca_root(Certificate::from_pem(read(ca)?));
+        }
+        Ok(Some(config))
+    }
+}
