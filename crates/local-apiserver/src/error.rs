@@ -28,7 +28,7 @@ pub struct ApiError {
     /// `Status.message`.
     pub message: String,
     /// `Status.details` (name, group, kind, causes), when known.
-    pub details: Option<Details>,
+    pub details: Option<Box<Details>>,
 }
 
 /// `Status.details`: the object the error is about and the causes.
@@ -54,12 +54,12 @@ impl ApiError {
     }
 
     fn with_details(mut self, group: &str, kind: &str, name: &str) -> Self {
-        self.details = Some(Details {
+        self.details = Some(Box::new(Details {
             name: name.to_string(),
             group: group.to_string(),
             kind: kind.to_string(),
             causes: Vec::new(),
-        });
+        }));
         self
     }
 
@@ -141,10 +141,10 @@ impl ApiError {
             })
             .collect();
         let mut err = Self::new(409, "Conflict", message);
-        err.details = Some(Details {
+        err.details = Some(Box::new(Details {
             causes,
             ..Details::default()
-        });
+        }));
         err
     }
 

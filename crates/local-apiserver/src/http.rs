@@ -80,11 +80,12 @@ fn parse_resource_path(segments: &[&str]) -> Option<ResourcePath> {
         rest = &rest[1..];
     }
     let mut namespace = None;
-    if let ["namespaces", ns, resource, ..] = rest {
-        if *resource != "status" && *resource != "finalize" {
-            namespace = Some(ns.to_string());
-            rest = &rest[2..];
-        }
+    if let ["namespaces", ns, resource, ..] = rest
+        && *resource != "status"
+        && *resource != "finalize"
+    {
+        namespace = Some(ns.to_string());
+        rest = &rest[2..];
     }
     let (plural, name, subresource) = match rest {
         [plural] => (plural, None, None),
@@ -119,16 +120,17 @@ async fn handle(
         .iter()
         .filter_map(|v| v.to_str().ok())
         .any(|accept| accept.contains("as=APIGroupDiscoveryList"));
-    if aggregated && method == Method::GET {
-        if let ["api"] | ["apis"] = segments.as_slice() {
-            let doc = store.with_registry(|r| r.aggregated_discovery(segments == ["api"]));
-            let mut response = json_response(StatusCode::OK, &doc);
-            response.headers_mut().insert(
-                header::CONTENT_TYPE,
-                HeaderValue::from_static(AGGREGATED_DISCOVERY_TYPE),
-            );
-            return response;
-        }
+    if aggregated
+        && method == Method::GET
+        && let ["api"] | ["apis"] = segments.as_slice()
+    {
+        let doc = store.with_registry(|r| r.aggregated_discovery(segments == ["api"]));
+        let mut response = json_response(StatusCode::OK, &doc);
+        response.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static(AGGREGATED_DISCOVERY_TYPE),
+        );
+        return response;
     }
     let discovery = match segments.as_slice() {
         [] => Some(
@@ -339,6 +341,11 @@ async fn serve_resource(
             )));
         }
     };
+    if target.watch_prefix && (*method != Method::GET || target.name.is_some()) {
+        return Err(ApiError::unknown_path(
+            "the legacy /watch/ prefix is served for collections only: use ?watch=true&fieldSelector=metadata.name=NAME",
+        ));
+    }
     let namespace = target.namespace.clone().unwrap_or_default();
     let write = WriteOptions {
         manager: field_manager(query, headers),
@@ -347,12 +354,12 @@ async fn serve_resource(
     };
     let ok = |code: StatusCode, value: &Value| {
         let mut response = json_response(code, value);
-        if let Some(warning) = not_enforced_warning(&rt) {
-            if *method != Method::GET {
-                response
-                    .headers_mut()
-                    .insert(header::WARNING, HeaderValue::from_static(warning));
-            }
+        if let Some(warning) = not_enforced_warning(&rt)
+            && *method != Method::GET
+        {
+            response
+                .headers_mut()
+                .insert(header::WARNING, HeaderValue::from_static(warning));
         }
         response
     };
@@ -362,15 +369,15 @@ async fn serve_resource(
         }
         (Method::GET, None) => {
             let options = list_options(query, &rt)?;
-            if query.get("resourceVersionMatch").map(String::as_str) == Some("Exact") {
-                if let Some(rv) = query.get("resourceVersion") {
-                    let rv = parse_rv(rv)?;
-                    if rv != store.resource_version() {
-                        store.check_not_compacted(rv)?;
-                        return Err(ApiError::gone(format!(
-                            "resourceVersionMatch=Exact for {rv} is not served by this local test server: only the latest state is kept"
-                        )));
-                    }
+            if query.get("resourceVersionMatch").map(String::as_str) == Some("Exact")
+                && let Some(rv) = query.get("resourceVersion")
+            {
+                let rv = parse_rv(rv)?;
+                if rv != store.resource_version() {
+                    store.check_not_compacted(rv)?;
+                    return Err(ApiError::gone(format!(
+                        "resourceVersionMatch=Exact for {rv} is not served by this local test server: only the latest state is kept"
+                    )));
                 }
             }
             let page = store.list(&rt, target.namespace.as_deref(), &options)?;
@@ -550,10 +557,10 @@ fn watch_stream(
         };
         let mut last_rv = start.after;
         for change in &start.initial {
-            if let Some((event, object)) = filter.event_for(change) {
-                if !send(line(event.as_str(), &object)).await {
-                    return;
-                }
+            if let Some((event, object)) = filter.event_for(change)
+                && !send(line(event.as_str(), &object)).await
+            {
+                return;
             }
         }
         if initial_events && bookmarks && !send(filter.bookmark(last_rv, true)).await {
@@ -584,11 +591,10 @@ fn watch_stream(
                             continue;
                         }
                         last_rv = change.resource_version;
-                        if let Some((event, object)) = filter.event_for(&change) {
-                            if !send(line(event.as_str(), &object)).await {
+                        if let Some((event, object)) = filter.event_for(&change)
+                            && !send(line(event.as_str(), &object)).await {
                                 return;
                             }
-                        }
                     }
                     Err(broadcast::error::RecvError::Lagged(_)) => {
                         let err = ApiError::gone("the watch fell too far behind; list again and restart the watch");

@@ -85,14 +85,14 @@ impl LocalApiServerBuilder {
     /// Binds the port, loads persisted state and starts serving.
     pub async fn start(self) -> anyhow::Result<LocalApiServer> {
         let store = Arc::new(Store::new(self.watch_history));
-        if let Some(path) = &self.persist_to {
-            if path.exists() {
-                let bytes =
-                    std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
-                store
-                    .load_snapshot(&bytes)
-                    .with_context(|| format!("loading {}", path.display()))?;
-            }
+        if let Some(path) = &self.persist_to
+            && path.exists()
+        {
+            let bytes =
+                std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+            store
+                .load_snapshot(&bytes)
+                .with_context(|| format!("loading {}", path.display()))?;
         }
         store
             .create_default_namespaces()

@@ -9,6 +9,7 @@
 //! right after the write that triggers them.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::ops::Bound;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use serde::{Deserialize, Serialize};
@@ -257,6 +258,17 @@ fn validate_name(name: &str, label_only: bool) -> Result<(), String> {
         ));
     }
     Ok(())
+}
+
+/// The objects of one namespace in a bucket (a range scan, not a filter).
+fn in_namespace<'a>(
+    bucket: &'a BTreeMap<ObjectName, Value>,
+    namespace: &'a str,
+) -> impl Iterator<Item = &'a ObjectName> + 'a {
+    bucket
+        .range((namespace.to_string(), String::new())..)
+        .map(|(key, _)| key)
+        .take_while(move |(ns, _)| ns == namespace)
 }
 
 impl State {
@@ -547,16 +559,14 @@ impl Store {
         let mut items = Vec::new();
         let mut continue_token = None;
         if let Some(bucket) = state.bucket(&rt.storage_key()) {
+            let lower = match &start {
+                Some(after) => Bound::Excluded(after.clone()),
+                None => Bound::Included((namespace.unwrap_or_default().to_string(), String::new())),
+            };
             let candidates = bucket
-                .iter()
-                .filter(|((ns, _), _)| namespace.is_none_or(|wanted| wanted == ns));
-            for ((ns, name), object) in candidates {
-                if start
-                    .as_ref()
-                    .is_some_and(|(sns, sname)| (ns, name) <= (sns, sname))
-                {
-                    continue;
-                }
+                .range((lower, Bound::Unbounded))
+                .take_while(|((ns, _), _)| namespace.is_none_or(|wanted| wanted == ns));
+            for (_, object) in candidates {
                 if !options.labels.matches(object) || !options.fields.matches(object) {
                     continue;
                 }
@@ -812,10 +822,10 @@ impl Store {
         body: &mut Value,
         dry_run: bool,
     ) -> ApiResult<()> {
-        if rt.has_status {
-            if let Value::Object(map) = body {
-                map.remove("status");
-            }
+        if rt.has_status
+            && let Value::Object(map) = body
+        {
+            map.remove("status");
         }
         match (rt.group.as_str(), rt.kind.as_str()) {
             ("", "Namespace") => {
@@ -1125,29 +1135,29 @@ impl Store {
         track_update: bool,
     ) -> ApiResult<Value> {
         let old_rv = meta_str(old, "resourceVersion").unwrap_or_default();
-        if let Some(rv) = meta_str(&body, "resourceVersion").filter(|rv| !rv.is_empty()) {
-            if rv != old_rv {
-                return Err(ApiError::conflict(
-                    &rt.group,
-                    &rt.plural,
-                    name,
-                    "the object has been modified; please apply your changes to the latest version and try again",
-                ));
-            }
+        if let Some(rv) = meta_str(&body, "resourceVersion").filter(|rv| !rv.is_empty())
+            && rv != old_rv
+        {
+            return Err(ApiError::conflict(
+                &rt.group,
+                &rt.plural,
+                name,
+                "the object has been modified; please apply your changes to the latest version and try again",
+            ));
         }
-        if let Some(body_name) = meta_str(&body, "name") {
-            if body_name != name {
-                return Err(ApiError::bad_request(format!(
-                    "the name of the object ({body_name}) does not match the name on the URL ({name})"
-                )));
-            }
+        if let Some(body_name) = meta_str(&body, "name")
+            && body_name != name
+        {
+            return Err(ApiError::bad_request(format!(
+                "the name of the object ({body_name}) does not match the name on the URL ({name})"
+            )));
         }
-        if rt.namespaced {
-            if let Some(ns) = meta_str(&body, "namespace").filter(|ns| *ns != namespace) {
-                return Err(ApiError::bad_request(format!(
-                    "the namespace of the object ({ns}) does not match the namespace on the URL ({namespace})"
-                )));
-            }
+        if rt.namespaced
+            && let Some(ns) = meta_str(&body, "namespace").filter(|ns| *ns != namespace)
+        {
+            return Err(ApiError::bad_request(format!(
+                "the namespace of the object ({ns}) does not match the namespace on the URL ({namespace})"
+            )));
         }
         let mut new = if status_only {
             let mut new = old.clone();
@@ -1187,10 +1197,10 @@ impl Store {
                     None => meta.remove(preserved),
                 };
             }
-            if !meta.contains_key("managedFields") {
-                if let Some(mf) = old_meta.get("managedFields") {
-                    meta.insert("managedFields".into(), mf.clone());
-                }
+            if !meta.contains_key("managedFields")
+                && let Some(mf) = old_meta.get("managedFields")
+            {
+                meta.insert("managedFields".into(), mf.clone());
             }
             body
         };
@@ -1478,12 +1488,7 @@ impl Store {
         for key in state.registry.namespaced_storage_keys() {
             let names: Vec<ObjectName> = state
                 .bucket(&key)
-                .map(|b| {
-                    b.keys()
-                        .filter(|(ns, _)| ns == namespace)
-                        .cloned()
-                        .collect()
-                })
+                .map(|b| in_namespace(b, namespace).cloned().collect())
                 .unwrap_or_default();
             for (ns, name) in names {
                 let target = ObjectRef {
@@ -1509,7 +1514,7 @@ impl Store {
         }
         let occupied = state.objects.iter().any(|(key, bucket)| {
             !(key.group.is_empty() && key.plural == "namespaces")
-                && bucket.keys().any(|(ns, _)| ns == namespace)
+                && in_namespace(bucket, namespace).next().is_some()
         });
         if occupied {
             return;

@@ -1005,3 +1005,60 @@ async fn persistence_survives_a_restart() {
     );
     server.shutdown().await.unwrap();
 }
+
+#[tokio::test]
+async fn malformed_and_unsupported_requests_get_kubernetes_errors() {
+    use axum::http::{Method, Request};
+    let target = Target::start().await;
+    let ns = target.namespace().await;
+    let collection = format!("/api/v1/namespaces/{ns}/configmaps");
+    let send = |method: Method, path: String, content_type: &str, body: &str| {
+        let request = Request::builder()
+            .method(method)
+            .uri(path)
+            .header("content-type", content_type)
+            .body(body.as_bytes().to_vec())
+            .unwrap();
+        let client = target.client.clone();
+        async move { status(client.request_text(request).await) }
+    };
+
+    let unsupported = send(Method::POST, collection.clone(), "text/plain", "name: x").await;
+    // Codes only where a real server may answer from its HTTP router with a
+    // plain-text body (kube-rs then has no reason to report).
+    assert_eq!(unsupported.code, 415);
+
+    let malformed = send(
+        Method::POST,
+        collection.clone(),
+        "application/json",
+        "{not json",
+    )
+    .await;
+    assert_eq!(
+        (malformed.code, malformed.reason.as_str()),
+        (400, "BadRequest")
+    );
+
+    let wrong_verb = send(Method::PUT, collection.clone(), "application/json", "{}").await;
+    assert_eq!(wrong_verb.code, 405);
+
+    let no_subresource = send(
+        Method::GET,
+        format!("{collection}/anything/scale"),
+        "application/json",
+        "",
+    )
+    .await;
+    assert_eq!(no_subresource.code, 404);
+
+    let no_group = send(
+        Method::GET,
+        "/apis/nothing.tenantplane.io/v1".to_string(),
+        "application/json",
+        "",
+    )
+    .await;
+    assert_eq!(no_group.code, 404);
+    target.cleanup(&ns).await;
+}

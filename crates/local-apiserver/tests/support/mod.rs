@@ -61,11 +61,6 @@ impl Target {
         }
     }
 
-    /// Whether this is the local server (some checks need its configuration).
-    pub fn is_local(&self) -> bool {
-        self.server.is_some()
-    }
-
     /// Creates a fresh namespace for one test and returns its name.
     pub async fn namespace(&self) -> String {
         let api: Api<Namespace> = Api::all(self.client.clone());
