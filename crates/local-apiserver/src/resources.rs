@@ -57,6 +57,12 @@ impl ResourceType {
         }
     }
 
+    /// `kubectl get all` lists the kinds in the `all` category.
+    fn categories(&self) -> Option<[&'static str; 1]> {
+        (self.group.is_empty() && (self.plural == "pods" || self.plural == "services"))
+            .then_some(["all"])
+    }
+
     fn discovery_entries(&self) -> Vec<Value> {
         let mut entries = vec![json!({
             "name": self.plural,
@@ -66,6 +72,9 @@ impl ResourceType {
             "verbs": VERBS,
             "shortNames": self.short_names,
         })];
+        if let Some(categories) = self.categories() {
+            entries[0]["categories"] = json!(categories);
+        }
         if self.has_status {
             entries.push(json!({
                 "name": format!("{}/status", self.plural),
@@ -624,6 +633,9 @@ impl ResourceType {
             "verbs": VERBS,
             "shortNames": self.short_names,
         });
+        if let Some(categories) = self.categories() {
+            entry["categories"] = json!(categories);
+        }
         if self.has_status {
             entry["subresources"] = json!([{
                 "subresource": "status",

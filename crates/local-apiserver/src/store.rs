@@ -842,6 +842,18 @@ impl Store {
                     .ok_or_else(|| {
                         ApiError::invalid("", "Pod", "", "spec.containers", "Required value")
                     })?;
+                for field in ["containers", "initContainers"] {
+                    let Some(Value::Array(containers)) = spec.get_mut(field) else {
+                        continue;
+                    };
+                    for container in containers.iter_mut() {
+                        if let Some(Value::Array(ports)) = container.get_mut("ports") {
+                            for port in ports.iter_mut().filter_map(Value::as_object_mut) {
+                                port.entry("protocol").or_insert(json!("TCP"));
+                            }
+                        }
+                    }
+                }
                 for (field, value) in [
                     ("restartPolicy", json!("Always")),
                     ("dnsPolicy", json!("ClusterFirst")),

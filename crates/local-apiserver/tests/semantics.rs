@@ -19,7 +19,6 @@ use kube::runtime::{WatchStreamExt, reflector, watcher};
 use kube::{Api, Client, ResourceExt};
 use serde_json::{Value, json};
 use support::{Target, eventually, status};
-use tenantplane_local_apiserver::LocalApiServer;
 
 fn config_map(name: &str, data: &[(&str, &str)], labels: &[(&str, &str)]) -> ConfigMap {
     let data: BTreeMap<String, String> = data
@@ -502,43 +501,6 @@ async fn watch_resumes_from_a_resource_version_and_sends_bookmarks() {
 }
 
 #[tokio::test]
-async fn watch_from_a_compacted_resource_version_is_gone() {
-    // A real cluster compacts on a timer, so only the local server (with a
-    // tiny history) can be driven into this deterministically.
-    if std::env::var(support::E2E_KUBECONFIG).is_ok() {
-        eprintln!("skipped against a real cluster: compaction cannot be forced");
-        return;
-    }
-    let target = Target::start_with(LocalApiServer::builder().watch_history(4)).await;
-    let ns = target.namespace().await;
-    let api: Api<ConfigMap> = Api::namespaced(target.client.clone(), &ns);
-    let created = api
-        .create(&PostParams::default(), &config_map("churn", &[], &[]))
-        .await
-        .unwrap();
-    let old_rv = created.resource_version().unwrap();
-    for i in 0..10 {
-        api.patch(
-            "churn",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"data": {"i": i.to_string()}})),
-        )
-        .await
-        .unwrap();
-    }
-    let mut stream = api
-        .watch(&WatchParams::default(), &old_rv)
-        .await
-        .unwrap()
-        .boxed();
-    match stream.try_next().await.unwrap() {
-        Some(WatchEvent::Error(e)) => assert_eq!((e.code, e.reason.as_str()), (410, "Expired")),
-        other => panic!("expected 410 Gone, got {other:?}"),
-    }
-    target.cleanup(&ns).await;
-}
-
-#[tokio::test]
 async fn watcher_and_reflector_follow_changes() {
     let target = Target::start().await;
     let ns = target.namespace().await;
@@ -956,54 +918,6 @@ async fn discovery_lists_the_built_in_kinds() {
     assert_eq!(version.major, "1");
     let ns = target.namespace().await;
     target.cleanup(&ns).await;
-}
-
-#[tokio::test]
-async fn persistence_survives_a_restart() {
-    if std::env::var(support::E2E_KUBECONFIG).is_ok() {
-        eprintln!("skipped against a real cluster: persistence is the local server's own");
-        return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("state.json");
-    let server = LocalApiServer::builder()
-        .persist_to(&file)
-        .start()
-        .await
-        .unwrap();
-    let api: Api<ConfigMap> = Api::default_namespaced(server.client().await.unwrap());
-    let created = api
-        .create(
-            &PostParams::default(),
-            &config_map("kept", &[("k", "v")], &[]),
-        )
-        .await
-        .unwrap();
-    server.shutdown().await.unwrap();
-
-    let server = LocalApiServer::builder()
-        .persist_to(&file)
-        .start()
-        .await
-        .unwrap();
-    let api: Api<ConfigMap> = Api::default_namespaced(server.client().await.unwrap());
-    let restored = api.get("kept").await.unwrap();
-    assert_eq!(restored.uid(), created.uid());
-    assert_eq!(data_of(&restored)["k"], "v");
-    let rv = |o: &ConfigMap| o.resource_version().unwrap().parse::<u64>().unwrap();
-    let updated = api
-        .patch(
-            "kept",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"data": {"k": "w"}})),
-        )
-        .await
-        .unwrap();
-    assert!(
-        rv(&updated) > rv(&restored),
-        "resourceVersions keep increasing"
-    );
-    server.shutdown().await.unwrap();
 }
 
 #[tokio::test]

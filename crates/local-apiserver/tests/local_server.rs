@@ -1,0 +1,161 @@
+//! Behaviour of the local server itself, which a real cluster has no
+//! counterpart for or cannot be driven into on demand: the binary, several
+//! instances side by side, persistence across restarts, and 410 Gone from a
+//! deliberately tiny watch history. These always run against local servers.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Api, Client, Config, ResourceExt};
+use serde_json::json;
+use tenantplane_local_apiserver::LocalApiServer;
+
+fn config_map(name: &str, value: &str) -> ConfigMap {
+    serde_json::from_value(json!({"metadata": {"name": name}, "data": {"k": value}}))
+        .expect("config map")
+}
+
+#[tokio::test]
+async fn watch_from_a_compacted_resource_version_is_gone() {
+    let server = LocalApiServer::builder()
+        .watch_history(4)
+        .start()
+        .await
+        .unwrap();
+    let api: Api<ConfigMap> = Api::default_namespaced(server.client().await.unwrap());
+    let created = api
+        .create(&PostParams::default(), &config_map("churn", "0"))
+        .await
+        .unwrap();
+    let old_rv = created.resource_version().unwrap();
+    for i in 1..10 {
+        api.patch(
+            "churn",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"data": {"k": i.to_string()}})),
+        )
+        .await
+        .unwrap();
+    }
+    let mut stream = api
+        .watch(&WatchParams::default(), &old_rv)
+        .await
+        .unwrap()
+        .boxed();
+    match stream.try_next().await.unwrap() {
+        Some(WatchEvent::Error(e)) => assert_eq!((e.code, e.reason.as_str()), (410, "Expired")),
+        other => panic!("expected 410 Gone, got {other:?}"),
+    }
+    server.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn persistence_survives_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("state.json");
+    let server = LocalApiServer::builder()
+        .persist_to(&file)
+        .start()
+        .await
+        .unwrap();
+    let api: Api<ConfigMap> = Api::default_namespaced(server.client().await.unwrap());
+    let created = api
+        .create(&PostParams::default(), &config_map("kept", "v"))
+        .await
+        .unwrap();
+    server.shutdown().await.unwrap();
+
+    let server = LocalApiServer::builder()
+        .persist_to(&file)
+        .start()
+        .await
+        .unwrap();
+    let api: Api<ConfigMap> = Api::default_namespaced(server.client().await.unwrap());
+    let restored = api.get("kept").await.unwrap();
+    assert_eq!(restored.uid(), created.uid());
+    assert_eq!(restored.data.as_ref().unwrap()["k"], "v");
+    let rv = |o: &ConfigMap| o.resource_version().unwrap().parse::<u64>().unwrap();
+    let updated = api
+        .patch(
+            "kept",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"data": {"k": "w"}})),
+        )
+        .await
+        .unwrap();
+    assert!(
+        rv(&updated) > rv(&restored),
+        "resourceVersions keep increasing"
+    );
+    server.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn instances_side_by_side_are_independent() {
+    let host = LocalApiServer::builder().start().await.unwrap();
+    let tenant = LocalApiServer::builder().start().await.unwrap();
+    assert_ne!(host.addr(), tenant.addr());
+    let host_api: Api<ConfigMap> = Api::default_namespaced(host.client().await.unwrap());
+    let tenant_api: Api<ConfigMap> = Api::default_namespaced(tenant.client().await.unwrap());
+    host_api
+        .create(&PostParams::default(), &config_map("only-on-host", "1"))
+        .await
+        .unwrap();
+    assert!(host_api.get_opt("only-on-host").await.unwrap().is_some());
+    assert!(tenant_api.get_opt("only-on-host").await.unwrap().is_none());
+    host.shutdown().await.unwrap();
+    tenant.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn binary_writes_a_kubeconfig_and_stops_on_sigterm() {
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tenantplane-local-apiserver"))
+        .args(["--port", "0", "--context", "demo", "--kubeconfig-out"])
+        .arg(&kubeconfig)
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("starting the binary");
+    let mut url = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut url)
+        .unwrap();
+    assert!(url.starts_with("http://127.0.0.1:"), "{url}");
+
+    let config = Config::from_custom_kubeconfig(
+        Kubeconfig::read_from(&kubeconfig).unwrap(),
+        &KubeConfigOptions {
+            context: Some("demo".into()),
+            ..KubeConfigOptions::default()
+        },
+    )
+    .await
+    .unwrap();
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> =
+        Api::all(Client::try_from(config).unwrap());
+    let names: Vec<String> = namespaces
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .map(ResourceExt::name_any)
+        .collect();
+    assert!(names.contains(&"default".to_string()), "{names:?}");
+
+    let terminated = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(terminated.success());
+    let status = child.wait().unwrap();
+    assert!(
+        status.success(),
+        "the server exits cleanly on SIGTERM: {status}"
+    );
+}
