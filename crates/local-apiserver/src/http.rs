@@ -302,6 +302,25 @@ fn list_response(rt: &ResourceType, page: ListPage) -> Value {
     })
 }
 
+/// Whether the client asked for `PartialObjectMetadata` (metadata-only get,
+/// list and watch, as kube-rs `get_metadata`/`list_metadata`/`metadata_watcher` do).
+fn wants_metadata_only(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .any(|accept| accept.contains("as=PartialObjectMetadata"))
+}
+
+/// An object reduced to its metadata.
+fn partial_metadata(object: &Value) -> Value {
+    json!({
+        "kind": "PartialObjectMetadata",
+        "apiVersion": "meta.k8s.io/v1",
+        "metadata": object.get("metadata").cloned().unwrap_or(json!({})),
+    })
+}
+
 /// Kinds whose objects are stored but whose behaviour is not enforced.
 fn not_enforced_warning(rt: &ResourceType) -> Option<&'static str> {
     (rt.group == "admissionregistration.k8s.io").then_some(
@@ -365,7 +384,7 @@ async fn serve_resource(
     };
     match (method.clone(), target.name.as_deref()) {
         (Method::GET, None) if target.watch_prefix || flag(query, "watch") => {
-            watch_stream(app, &rt, target.namespace.as_deref(), query)
+            watch_stream(app, headers, &rt, target.namespace.as_deref(), query)
         }
         (Method::GET, None) => {
             let options = list_options(query, &rt)?;
@@ -380,10 +399,23 @@ async fn serve_resource(
                     )));
                 }
             }
-            let page = store.list(&rt, target.namespace.as_deref(), &options)?;
+            let mut page = store.list(&rt, target.namespace.as_deref(), &options)?;
+            if wants_metadata_only(headers) {
+                page.items = page.items.iter().map(partial_metadata).collect();
+                let mut list = list_response(&rt, page);
+                list["kind"] = json!("PartialObjectMetadataList");
+                list["apiVersion"] = json!("meta.k8s.io/v1");
+                return Ok(ok(StatusCode::OK, &list));
+            }
             Ok(ok(StatusCode::OK, &list_response(&rt, page)))
         }
-        (Method::GET, Some(name)) => Ok(ok(StatusCode::OK, &store.get(&rt, &namespace, name)?)),
+        (Method::GET, Some(name)) => {
+            let object = store.get(&rt, &namespace, name)?;
+            if wants_metadata_only(headers) {
+                return Ok(ok(StatusCode::OK, &partial_metadata(&object)));
+            }
+            Ok(ok(StatusCode::OK, &object))
+        }
         (Method::POST, None) => {
             if rt.namespaced && target.namespace.is_none() {
                 return Err(ApiError::method_not_allowed(format!(
@@ -459,6 +491,7 @@ struct WatchFilter {
     namespace: Option<String>,
     labels: LabelSelector,
     fields: FieldSelector,
+    metadata_only: bool,
 }
 
 impl WatchFilter {
@@ -491,6 +524,9 @@ impl WatchFilter {
         let mut object = change.object.clone();
         object["apiVersion"] = json!(self.rt.api_version());
         object["kind"] = json!(self.rt.kind);
+        if self.metadata_only {
+            object = partial_metadata(&object);
+        }
         Some((event, object))
     }
 
@@ -518,6 +554,7 @@ fn line(event_type: &str, object: &Value) -> Bytes {
 
 fn watch_stream(
     app: &AppState,
+    headers: &HeaderMap,
     rt: &ResourceType,
     namespace: Option<&str>,
     query: &HashMap<String, String>,
@@ -528,6 +565,7 @@ fn watch_stream(
         namespace: namespace.map(str::to_string),
         labels: options.labels,
         fields: options.fields,
+        metadata_only: wants_metadata_only(headers),
     };
     let bookmarks = flag(query, "allowWatchBookmarks");
     let initial_events = flag(query, "sendInitialEvents");

@@ -976,3 +976,42 @@ async fn malformed_and_unsupported_requests_get_kubernetes_errors() {
     assert_eq!(no_group.code, 404);
     target.cleanup(&ns).await;
 }
+
+#[tokio::test]
+async fn metadata_only_get_list_and_watch() {
+    let target = Target::start().await;
+    let ns = target.namespace().await;
+    let api: Api<ConfigMap> = Api::namespaced(target.client.clone(), &ns);
+    let created = api
+        .create(
+            &PostParams::default(),
+            &config_map("meta", &[("secret", "x")], &[("app", "m")]),
+        )
+        .await
+        .unwrap();
+
+    let one = api.get_metadata("meta").await.unwrap();
+    assert_eq!(one.metadata.uid, created.metadata.uid);
+    assert_eq!(
+        one.types.map(|t| t.kind).as_deref(),
+        Some("PartialObjectMetadata")
+    );
+
+    let listed = api
+        .list_metadata(&ListParams::default().labels("app=m"))
+        .await
+        .unwrap();
+    let names: Vec<String> = listed.items.iter().map(ResourceExt::name_any).collect();
+    assert_eq!(names, ["meta"]);
+
+    let mut events = api
+        .watch_metadata(&WatchParams::default(), "0")
+        .await
+        .unwrap()
+        .boxed();
+    match events.try_next().await.unwrap() {
+        Some(WatchEvent::Added(o)) => assert_eq!(o.name_any(), "meta"),
+        other => panic!("expected the existing object, got {other:?}"),
+    }
+    target.cleanup(&ns).await;
+}
