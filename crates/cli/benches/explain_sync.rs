@@ -19,7 +19,7 @@ fn object(i: usize) -> Value {
     match i % 4 {
         0 => json!({"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": format!("web-{i}"), "namespace": format!("team-{}", i % 50), "labels": {"app": "web"}},
-            "spec": {"hostNetwork": i % 8 == 0, "containers": [{"name": "web", "image": "nginx:1.27",
+            "spec": {"hostNetwork": i.is_multiple_of(8), "containers": [{"name": "web", "image": "nginx:1.27",
                 "securityContext": {"allowPrivilegeEscalation": false}}]}}),
         1 => json!({"apiVersion": "v1", "kind": "Service",
             "metadata": {"name": format!("svc-{i}"), "namespace": format!("team-{}", i % 50)},

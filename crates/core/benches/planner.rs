@@ -34,7 +34,10 @@ fn objects(n: usize) -> Vec<TenantObject> {
 
 fn bench(c: &mut Criterion) {
     let objs = objects(1000);
-    let tenant = TenantPlacement { tenant: "acme".into(), host_namespace: "tenant-acme".into() };
+    let tenant = TenantPlacement {
+        tenant: "acme".into(),
+        host_namespace: "tenant-acme".into(),
+    };
     let mut group = c.benchmark_group("planner");
     group.throughput(Throughput::Elements(objs.len() as u64));
     group.bench_function("place", |b| {
@@ -44,7 +47,10 @@ fn bench(c: &mut Criterion) {
             }
         })
     });
-    let planner = Planner::new(&tenantplane_api::Tenant::new("acme", Default::default()), CompiledPolicy::builtin_default());
+    let planner = Planner::new(
+        &tenantplane_api::Tenant::new("acme", Default::default()),
+        CompiledPolicy::builtin_default(),
+    );
     let host = HostState::default();
     group.bench_function("plan (place + verdict + collision)", |b| {
         b.iter(|| {
@@ -54,6 +60,21 @@ fn bench(c: &mut Criterion) {
         })
     });
     group.finish();
+
+    let policy = CompiledPolicy::builtin_default();
+    let pod = &objs[0];
+    let config_map = &objs[2];
+    let mut single = c.benchmark_group("verdict");
+    single.bench_function("pod (CEL guards)", |b| {
+        b.iter(|| black_box(policy.evaluate(pod)))
+    });
+    single.bench_function("configmap (no CEL)", |b| {
+        b.iter(|| black_box(policy.evaluate(config_map)))
+    });
+    single.bench_function("pod to CEL value", |b| {
+        b.iter(|| black_box(kube_cel::cel::to_value(&pod.object).unwrap()))
+    });
+    single.finish();
 }
 
 criterion_group!(benches, bench);

@@ -204,54 +204,53 @@ impl CompiledPolicy {
 
     /// Evaluates the policy against a tenant object.
     pub fn evaluate(&self, object: &TenantObject) -> Verdict {
-        let mut cel_object = None;
-        let labels: BTreeMap<String, String> = object
-            .labels()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
-        for compiled in &self.rules {
-            if !matches_identity(&compiled.rule.matches, object) {
-                continue;
-            }
-            if let Some(selector) = &compiled.selector
-                && !selector.matches(&labels)
-            {
-                continue;
-            }
-            match compiled.conditions_hold(object, &mut cel_object) {
-                Ok(true) => return self.verdict_of(&compiled.rule),
-                Ok(false) => continue,
-                Err(problem) => {
-                    return Verdict {
-                        policy: self.name.clone(),
-                        policy_revision: self.revision.clone(),
-                        rule: Some(compiled.rule.name.clone()),
-                        action: SyncAction::Reject,
-                        reason: "PolicyEvaluationError".into(),
-                        message: format!(
-                            "rule {} could not be evaluated, so the object is refused: {problem}",
-                            compiled.rule.name
-                        ),
-                        field_path: compiled.rule.field_path.clone(),
-                    };
+        CEL_FUNCTIONS.with(|functions| {
+            // The object is converted to CEL and bound once, on the first rule with conditions,
+            // and shared by every later rule.
+            let mut scope = None;
+            let labels: BTreeMap<String, String> =
+                object.labels().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+            for compiled in &self.rules {
+                if !matches_identity(&compiled.rule.matches, object) {
+                    continue;
+                }
+                if let Some(selector) = &compiled.selector
+                    && !selector.matches(&labels)
+                {
+                    continue;
+                }
+                match compiled.conditions_hold(object, functions, &mut scope) {
+                    Ok(true) => return self.verdict_of(&compiled.rule),
+                    Ok(false) => continue,
+                    Err(problem) => {
+                        return Verdict {
+                            policy: self.name.clone(),
+                            policy_revision: self.revision.clone(),
+                            rule: Some(compiled.rule.name.clone()),
+                            action: SyncAction::Reject,
+                            reason: "PolicyEvaluationError".into(),
+                            message: format!(
+                                "rule {} could not be evaluated, so the object is refused: {problem}",
+                                compiled.rule.name
+                            ),
+                            field_path: compiled.rule.field_path.clone(),
+                        };
+                    }
                 }
             }
-        }
-        let default = &self.default;
-        Verdict {
-            policy: self.name.clone(),
-            policy_revision: self.revision.clone(),
-            rule: None,
-            action: default.action,
-            reason: default.reason.clone(),
-            message: default.message.clone().unwrap_or_else(|| {
-                format!(
-                    "no rule of SyncPolicy {} matches; the policy default applies",
-                    self.name
-                )
-            }),
-            field_path: None,
-        }
+            let default = &self.default;
+            Verdict {
+                policy: self.name.clone(),
+                policy_revision: self.revision.clone(),
+                rule: None,
+                action: default.action,
+                reason: default.reason.clone(),
+                message: default.message.clone().unwrap_or_else(|| {
+                    format!("no rule of SyncPolicy {} matches; the policy default applies", self.name)
+                }),
+                field_path: None,
+            }
+        })
     }
 
     fn verdict_of(&self, rule: &SyncRule) -> Verdict {
@@ -299,37 +298,35 @@ impl CompiledPolicy {
 }
 
 impl CompiledRule {
-    fn conditions_hold(
+    fn conditions_hold<'f>(
         &self,
         object: &TenantObject,
-        cel_object: &mut Option<CelValue>,
+        functions: &'f Context<'static>,
+        scope: &mut Option<Context<'f>>,
     ) -> Result<bool, String> {
         if self.conditions.is_empty() {
             return Ok(true);
         }
-        let value = match cel_object {
-            Some(v) => v.clone(),
+        let ctx = match scope {
+            Some(ctx) => ctx,
             None => {
-                let v = kube_cel::cel::to_value(&object.object).map_err(|e| e.to_string())?;
-                *cel_object = Some(v.clone());
-                v
+                let value = kube_cel::cel::to_value(&object.object).map_err(|e| e.to_string())?;
+                let mut ctx = functions.new_inner_scope();
+                ctx.add_variable_from_value("object", value);
+                scope.insert(ctx)
             }
         };
-        CEL_FUNCTIONS.with(|functions| {
-            let mut ctx = functions.new_inner_scope();
-            ctx.add_variable_from_value("object", value);
-            for (name, program) in &self.conditions {
-                match program.execute(&ctx) {
-                    Ok(CelValue::Bool(true)) => {}
-                    Ok(CelValue::Bool(false)) => return Ok(false),
-                    Ok(other) => {
-                        return Err(format!("condition {name} returned {other:?}, not a bool"));
-                    }
-                    Err(e) => return Err(format!("condition {name}: {e}")),
+        for (name, program) in &self.conditions {
+            match program.execute(ctx) {
+                Ok(CelValue::Bool(true)) => {}
+                Ok(CelValue::Bool(false)) => return Ok(false),
+                Ok(other) => {
+                    return Err(format!("condition {name} returned {other:?}, not a bool"));
                 }
+                Err(e) => return Err(format!("condition {name}: {e}")),
             }
-            Ok(true)
-        })
+        }
+        Ok(true)
     }
 }
 

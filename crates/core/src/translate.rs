@@ -55,7 +55,11 @@ pub struct Untranslatable {
     pub message: String,
 }
 
-fn refuse(reason: &'static str, field_path: impl Into<String>, message: impl Into<String>) -> Untranslatable {
+fn refuse(
+    reason: &'static str,
+    field_path: impl Into<String>,
+    message: impl Into<String>,
+) -> Untranslatable {
     Untranslatable {
         reason,
         field_path: field_path.into(),
@@ -169,7 +173,10 @@ const CONTAINER_LISTS: [&str; 3] = ["containers", "initContainers", "ephemeralCo
 /// that carries the tenant's value instead (written by the mapping on every host object).
 fn downward_field(path: &str) -> Option<String> {
     match path {
-        "metadata.name" => Some(format!("metadata.annotations['{}']", provenance::SOURCE_NAME)),
+        "metadata.name" => Some(format!(
+            "metadata.annotations['{}']",
+            provenance::SOURCE_NAME
+        )),
         "metadata.namespace" => Some(format!(
             "metadata.labels['{}']",
             provenance::SOURCE_NAMESPACE
@@ -227,9 +234,7 @@ fn pod(
     );
     spec.insert("automountServiceAccountToken".into(), json!(false));
     // The pod's hostname is the tenant's name for it, not the host name.
-    if !spec.contains_key("hostname")
-        && NameSyntax::Dns1035Label.is_valid(&object.identity.name)
-    {
+    if !spec.contains_key("hostname") && NameSyntax::Dns1035Label.is_valid(&object.identity.name) {
         spec.insert("hostname".into(), json!(object.identity.name));
     }
     if let Some(Value::String(subdomain)) = spec.get_mut("subdomain") {
@@ -402,10 +407,7 @@ fn service(refs: &Refs<'_>, body: &mut Value) {
     // namespace, which the mapping writes as a label on every host pod.
     if let Some(Value::Object(selector)) = spec.get_mut("selector") {
         selector.retain(|k, _| !provenance::is_reserved(k));
-        selector.insert(
-            provenance::SOURCE_NAMESPACE.into(),
-            json!(refs.namespace),
-        );
+        selector.insert(provenance::SOURCE_NAMESPACE.into(), json!(refs.namespace));
     }
 }
 
@@ -468,7 +470,9 @@ fn secret(body: &mut Value) -> Result<(), Untranslatable> {
         ));
     }
     // stringData is write-only: fold it into data as the API server does.
-    if let Some(Value::Object(string_data)) = body.as_object_mut().and_then(|b| b.remove("stringData")) {
+    if let Some(Value::Object(string_data)) =
+        body.as_object_mut().and_then(|b| b.remove("stringData"))
+    {
         use data_encoding::BASE64;
         let data = body
             .as_object_mut()
@@ -520,7 +524,9 @@ fn service_account(refs: &Refs<'_>, body: &mut Value, notes: &mut Vec<String>) {
         return;
     };
     if obj.remove("secrets").is_some() {
-        notes.push("secrets dropped: token Secrets of a tenant service account stay in the tenant".into());
+        notes.push(
+            "secrets dropped: token Secrets of a tenant service account stay in the tenant".into(),
+        );
     }
     obj.insert("automountServiceAccountToken".into(), json!(false));
     if let Some(Value::Array(secrets)) = obj.get_mut("imagePullSecrets") {
@@ -579,7 +585,10 @@ fn ingress(refs: &Refs<'_>, body: &mut Value) {
 pub fn status_flows_up(group: &str, kind: &str) -> bool {
     matches!(
         (group, kind),
-        ("", "Pod") | ("", "Service") | ("", "PersistentVolumeClaim") | ("networking.k8s.io", "Ingress")
+        ("", "Pod")
+            | ("", "Service")
+            | ("", "PersistentVolumeClaim")
+            | ("networking.k8s.io", "Ingress")
     )
 }
 
@@ -649,10 +658,16 @@ mod tests {
             "data": {"k": "v"}});
         let mut bumped = base.clone();
         bumped["metadata"]["resourceVersion"] = json!("8");
-        assert_eq!(translate(base.clone()).unwrap().digest, translate(bumped).unwrap().digest);
+        assert_eq!(
+            translate(base.clone()).unwrap().digest,
+            translate(bumped).unwrap().digest
+        );
         let mut changed = base.clone();
         changed["data"]["k"] = json!("w");
-        assert_ne!(translate(base).unwrap().digest, translate(changed).unwrap().digest);
+        assert_ne!(
+            translate(base).unwrap().digest,
+            translate(changed).unwrap().digest
+        );
     }
 
     #[test]
@@ -686,13 +701,22 @@ mod tests {
         assert_eq!(spec["hostname"], "web");
         assert_eq!(spec["imagePullSecrets"][0]["name"], "regcred-x-prod");
         let c = &spec["containers"][0];
-        assert_eq!(c["env"][0]["valueFrom"]["configMapKeyRef"]["name"], "cfg-x-prod");
-        assert_eq!(c["env"][1]["valueFrom"]["secretKeyRef"]["name"], "sec-x-prod");
+        assert_eq!(
+            c["env"][0]["valueFrom"]["configMapKeyRef"]["name"],
+            "cfg-x-prod"
+        );
+        assert_eq!(
+            c["env"][1]["valueFrom"]["secretKeyRef"]["name"],
+            "sec-x-prod"
+        );
         assert_eq!(
             c["env"][2]["valueFrom"]["fieldRef"]["fieldPath"],
             "metadata.annotations['tenantplane.io/source-name']"
         );
-        assert_eq!(c["env"][3]["valueFrom"]["fieldRef"]["fieldPath"], "status.podIP");
+        assert_eq!(
+            c["env"][3]["valueFrom"]["fieldRef"]["fieldPath"],
+            "status.podIP"
+        );
         assert_eq!(c["envFrom"][0]["configMapRef"]["name"], "cfg-x-prod");
         assert_eq!(c["envFrom"][1]["secretRef"]["name"], "sec-x-prod");
         let v = &spec["volumes"];
@@ -773,13 +797,15 @@ mod tests {
 
     #[test]
     fn ingress_backends_and_tls_secrets_follow_the_mapping() {
-        let d = translate(json!({"apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
+        let d = translate(
+            json!({"apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
             "metadata": {"name": "web", "namespace": "prod"},
             "spec": {"defaultBackend": {"service": {"name": "fallback", "port": {"number": 80}}},
                      "tls": [{"hosts": ["a.example"], "secretName": "tls"}],
                      "rules": [{"host": "a.example", "http": {"paths": [
                         {"path": "/", "pathType": "Prefix",
-                         "backend": {"service": {"name": "web", "port": {"number": 80}}}}]}}]}}))
+                         "backend": {"service": {"name": "web", "port": {"number": 80}}}}]}}]}}),
+        )
         .unwrap();
         let spec = &d.object["spec"];
         assert_eq!(spec["defaultBackend"]["service"]["name"], "fallback-x-prod");

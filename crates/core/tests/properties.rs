@@ -2,11 +2,15 @@
 //! uppercase. Whatever a tenant control plane (or a malformed file) hands the core, it never
 //! panics, always yields a valid host name, and never lets two sources share a host object.
 
+use std::sync::LazyLock;
+
 use proptest::prelude::*;
 use serde_json::{Value, json};
 use tenantplane_core::collision::{self, Collision, HostObjectMeta};
 use tenantplane_core::mapping::{NameSyntax, TenantPlacement, place, provenance};
 use tenantplane_core::{CompiledPolicy, TenantObject, documents};
+
+static DEFAULT_POLICY: LazyLock<CompiledPolicy> = LazyLock::new(CompiledPolicy::builtin_default);
 
 fn arbitrary_name() -> impl Strategy<Value = String> {
     prop_oneof![
@@ -36,7 +40,10 @@ fn object(api_version: &str, kind: &str, namespace: &str, name: &str, uid: &str)
 }
 
 fn tenant(name: &str) -> TenantPlacement {
-    TenantPlacement { tenant: name.to_string(), host_namespace: format!("tenant-{name}") }
+    TenantPlacement {
+        tenant: name.to_string(),
+        host_namespace: format!("tenant-{name}"),
+    }
 }
 
 fn meta(p: &tenantplane_core::Placement) -> HostObjectMeta {
@@ -51,7 +58,7 @@ fn meta(p: &tenantplane_core::Placement) -> HostObjectMeta {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(512))]
+    #![proptest_config(ProptestConfig::with_cases(256))]
 
     #[test]
     fn host_names_are_always_valid_for_the_kind_and_deterministic(
@@ -120,7 +127,7 @@ proptest! {
         for doc in documents::parse("fuzz", &text).into_iter().flatten() {
             if let Ok(o) = TenantObject::from_value(doc.value) {
                 let _ = place(&tenant("acme"), &o);
-                let _ = CompiledPolicy::builtin_default().evaluate(&o);
+                let _ = DEFAULT_POLICY.evaluate(&o);
             }
         }
     }
@@ -129,7 +136,7 @@ proptest! {
     fn nothing_panics_on_arbitrary_json_objects(v in arbitrary_json()) {
         let candidate = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": v});
         let o = TenantObject::from_value(candidate).unwrap();
-        let _ = CompiledPolicy::builtin_default().evaluate(&o);
+        let _ = DEFAULT_POLICY.evaluate(&o);
         let _ = TenantObject::from_value(o.object["spec"].clone());
     }
 }
