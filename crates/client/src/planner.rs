@@ -1,0 +1,203 @@
+//! The Planner client.
+
+use serde_json::json;
+use tenantplane_api::Tenant;
+use tenantplane_core::collision::HostObjectMeta;
+use tenantplane_core::decision::PolicyRef;
+use tenantplane_core::mapping::Provenance;
+use tenantplane_core::{Decision, Plan, TenantObject};
+use tenantplane_grpc::FieldError;
+use tenantplane_grpc::convert::{from_proto, to_proto};
+use tenantplane_proto::planner::v1::planner_client;
+use tenantplane_proto::planner::v1::{
+    ExplainHostObjectRequest, GetVersionRequest, Ownership, PlanRequest,
+};
+use tonic::transport::Channel;
+
+use crate::{ClientConfig, ClientError, connect};
+
+/// Objects per Plan request: batches are split so that requests and responses stay far below
+/// gRPC's default 4 MiB message limit on the server side.
+const MAX_OBJECTS_PER_REQUEST: usize = 1000;
+/// Bytes of tenant objects per Plan request.
+const MAX_OBJECT_BYTES_PER_REQUEST: usize = 1024 * 1024;
+
+/// A client of the Planner service.
+#[derive(Clone, Debug)]
+pub struct PlannerClient {
+    inner: planner_client::PlannerClient<Channel>,
+}
+
+/// One tenant object's plan and decision, as the planner service computed them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PlannedObject {
+    /// Placement, verdict, collision check and outcome: equal to the in-process plan.
+    pub plan: Plan,
+    /// The decision record, stamped by the planner service (component `tenantplane-planner`).
+    pub decision: Decision,
+}
+
+/// Where a host object came from, read back from its metadata.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum HostObjectSource {
+    /// A tenantplane host object: its tenant and source object.
+    Managed(Provenance),
+    /// Not created by tenantplane.
+    NotManaged {
+        /// The service's explanation.
+        message: String,
+    },
+    /// tenantplane provenance altered by hand: a key is missing.
+    Incomplete {
+        /// The missing provenance key.
+        missing_key: String,
+        /// The service's explanation.
+        message: String,
+    },
+}
+
+/// What the planner service runs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Version {
+    /// Mapping scheme version.
+    pub mapping_version: String,
+    /// Version of the planning engine (tenantplane-core).
+    pub engine_version: String,
+    /// The built-in default SyncPolicy (rule: `None`).
+    pub default_policy: PolicyRef,
+}
+
+impl PlannerClient {
+    /// Connects to a planner service.
+    pub async fn connect(config: &ClientConfig) -> Result<Self, ClientError> {
+        Ok(Self::new(connect(config).await?))
+    }
+
+    /// A client over an existing channel.
+    pub fn new(channel: Channel) -> Self {
+        PlannerClient {
+            inner: planner_client::PlannerClient::new(channel)
+                .max_decoding_message_size(crate::connect::max_response_bytes()),
+        }
+    }
+
+    /// Plans `objects` of `tenant` under `sync_policy` (its YAML or JSON text; `None` for the
+    /// built-in default) against the `host` objects at their target names, in order: the remote
+    /// twin of `Planner::plan_all` followed by `Plan::to_decision`. Large batches are sent as
+    /// several requests.
+    pub async fn plan(
+        &mut self,
+        tenant: &Tenant,
+        sync_policy: Option<&str>,
+        objects: &[TenantObject],
+        host: &[HostObjectMeta],
+    ) -> Result<Vec<PlannedObject>, ClientError> {
+        let host_objects: Vec<Vec<u8>> = host.iter().map(host_object_json).collect();
+        let mut planned = Vec::with_capacity(objects.len());
+        let mut start = 0;
+        while start < objects.len() {
+            let mut request = PlanRequest {
+                tenant: Some(to_proto::tenant(tenant)),
+                sync_policy: sync_policy.unwrap_or_default().as_bytes().to_vec(),
+                objects: Vec::new(),
+                host_objects: host_objects.clone(),
+            };
+            let mut bytes = 0;
+            for object in &objects[start..] {
+                let json = serde_json::to_vec(&object.object).expect("a JSON value serializes");
+                let full = request.objects.len() >= MAX_OBJECTS_PER_REQUEST
+                    || bytes + json.len() > MAX_OBJECT_BYTES_PER_REQUEST;
+                if full && !request.objects.is_empty() {
+                    break;
+                }
+                bytes += json.len();
+                request.objects.push(json);
+            }
+            let sent = request.objects.len();
+            let response = self.inner.plan(request).await?.into_inner();
+            if response.plans.len() != sent {
+                return Err(FieldError::new(
+                    "plans",
+                    format!("{} plans for {sent} objects", response.plans.len()),
+                )
+                .into());
+            }
+            for (i, p) in response.plans.iter().enumerate() {
+                let (plan, decision) = from_proto::object_plan(&format!("plans[{i}]"), p)?;
+                planned.push(PlannedObject { plan, decision });
+            }
+            start += sent;
+        }
+        Ok(planned)
+    }
+
+    /// Reads a host object's source back from its metadata (`kubectl get -o json` output).
+    pub async fn explain_host_object(
+        &mut self,
+        host_object: &serde_json::Value,
+    ) -> Result<HostObjectSource, ClientError> {
+        let request = ExplainHostObjectRequest {
+            host_object: serde_json::to_vec(host_object).expect("a JSON value serializes"),
+        };
+        let response = self.inner.explain_host_object(request).await?.into_inner();
+        Ok(match response.ownership() {
+            Ownership::Managed => HostObjectSource::Managed(from_proto::provenance(
+                "provenance",
+                response
+                    .provenance
+                    .as_ref()
+                    .ok_or_else(|| FieldError::new("provenance", "is required"))?,
+            )?),
+            Ownership::NotManaged => HostObjectSource::NotManaged {
+                message: response.message,
+            },
+            Ownership::Incomplete => HostObjectSource::Incomplete {
+                missing_key: response.missing_key,
+                message: response.message,
+            },
+            Ownership::Unspecified => {
+                return Err(FieldError::new(
+                    "ownership",
+                    "is unspecified or unknown to this client",
+                )
+                .into());
+            }
+        })
+    }
+
+    /// The versions the service runs.
+    pub async fn version(&mut self) -> Result<Version, ClientError> {
+        let response = self
+            .inner
+            .get_version(GetVersionRequest {})
+            .await?
+            .into_inner();
+        let policy = response
+            .default_policy
+            .ok_or_else(|| FieldError::new("default_policy", "is required"))?;
+        Ok(Version {
+            mapping_version: response.mapping_version,
+            engine_version: response.engine_version,
+            default_policy: PolicyRef {
+                name: policy.name,
+                revision: policy.revision,
+                rule: None,
+            },
+        })
+    }
+}
+
+/// The part of a host object the planner reads, as JSON.
+fn host_object_json(meta: &HostObjectMeta) -> Vec<u8> {
+    serde_json::to_vec(&json!({
+        "apiVersion": meta.api_version,
+        "kind": meta.kind,
+        "metadata": {
+            "name": meta.name,
+            "namespace": meta.namespace,
+            "labels": meta.labels,
+            "annotations": meta.annotations,
+        },
+    }))
+    .expect("a JSON value serializes")
+}

@@ -1,0 +1,238 @@
+//! A planner and an isolation compiler served on loopback answer exactly what the core computes
+//! in process: the guarantee behind `tenantplane explain-sync --planner ADDR`.
+
+use std::path::Path;
+
+use k8s_openapi::jiff::Timestamp;
+use pretty_assertions::assert_eq;
+use serde_json::json;
+use tenantplane_api::{IsolationProfile, Tenant};
+use tenantplane_client::{
+    ClientConfig, ClientError, HostObjectSource, IsolationClient, PlannedObject, PlannerClient,
+};
+use tenantplane_core::collision::HostObjectMeta;
+use tenantplane_core::decision::Stamp;
+use tenantplane_core::planner::HostState;
+use tenantplane_core::{CompiledPolicy, Decision, Planner, TenantObject};
+use tenantplane_grpc::{IsolationService, PlannerService};
+use tenantplane_isolation::ObjectRef;
+use tokio::net::TcpListener;
+use tokio_stream::wrappers::TcpListenerStream;
+
+async fn serve() -> ClientConfig {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(PlannerService::new().into_server())
+            .add_service(IsolationService::default().into_server())
+            .serve_with_incoming(TcpListenerStream::new(listener)),
+    );
+    ClientConfig::new(addr.to_string())
+}
+
+fn example(path: &str) -> String {
+    let full = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../examples")
+        .join(path);
+    std::fs::read_to_string(&full).unwrap_or_else(|e| panic!("{}: {e}", full.display()))
+}
+
+fn documents(path: &str) -> Vec<serde_json::Value> {
+    tenantplane_core::documents::parse(path, &example(path))
+        .into_iter()
+        .filter_map(Result::ok)
+        .map(|d| d.value)
+        .collect()
+}
+
+fn tenant_objects() -> Vec<TenantObject> {
+    [
+        "workloads/shop.yaml",
+        "workloads/refused.yaml",
+        "workloads/tricky.yaml",
+    ]
+    .iter()
+    .flat_map(|p| documents(p))
+    .filter_map(|v| TenantObject::from_value(v).ok())
+    .collect()
+}
+
+fn host_objects() -> Vec<HostObjectMeta> {
+    documents("host/tenant-acme.yaml")
+        .iter()
+        .map(|v| HostObjectMeta::from_value(v).unwrap())
+        .collect()
+}
+
+/// What explain-sync computes offline.
+fn local(
+    tenant: &Tenant,
+    policy: Option<&str>,
+    objects: &[TenantObject],
+    host: &[HostObjectMeta],
+) -> Vec<PlannedObject> {
+    let policy = policy.map_or_else(CompiledPolicy::builtin_default, |p| {
+        CompiledPolicy::from_yaml(p).unwrap()
+    });
+    let planner = Planner::new(tenant, policy);
+    let mut state = HostState::default();
+    for meta in host {
+        state.insert(meta.clone());
+    }
+    planner
+        .plan_all(objects, &state)
+        .zip(objects)
+        .map(|(plan, object)| {
+            let decision = plan.to_decision(
+                planner.tenant(),
+                object,
+                Stamp::now("tenantplane explain-sync"),
+            );
+            PlannedObject { plan, decision }
+        })
+        .collect()
+}
+
+/// A decision without what differs between two runs: id, time and acting component.
+fn comparable(planned: Vec<PlannedObject>) -> Vec<PlannedObject> {
+    planned
+        .into_iter()
+        .map(|p| PlannedObject {
+            decision: Decision {
+                id: String::new(),
+                time: Timestamp::UNIX_EPOCH,
+                component: String::new(),
+                ..p.decision
+            },
+            plan: p.plan,
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn remote_plans_equal_in_process_plans() {
+    let mut client = PlannerClient::connect(&serve().await).await.unwrap();
+    let tenant: Tenant = serde_norway::from_str(&example("tenant.yaml")).unwrap();
+    let objects = tenant_objects();
+    assert!(objects.len() >= 10, "the examples hold a real batch");
+    let host = host_objects();
+    for policy in [None, Some(example("syncpolicy.yaml"))] {
+        let remote = client
+            .plan(&tenant, policy.as_deref(), &objects, &host)
+            .await
+            .unwrap();
+        for p in &remote {
+            assert_eq!(p.decision.component, "tenantplane-planner");
+        }
+        let expected = comparable(local(&tenant, policy.as_deref(), &objects, &host));
+        assert_eq!(comparable(remote), expected);
+        // Every outcome the examples exercise came across the wire.
+        let outcomes: std::collections::BTreeSet<_> =
+            expected.iter().map(|p| p.plan.outcome).collect();
+        assert!(outcomes.len() >= 3, "{outcomes:?}");
+    }
+}
+
+#[tokio::test]
+async fn batches_larger_than_one_request_keep_their_order() {
+    let mut client = PlannerClient::connect(&serve().await).await.unwrap();
+    let tenant = Tenant::new("big", Default::default());
+    let objects: Vec<TenantObject> = (0..2500)
+        .map(|i| {
+            TenantObject::from_value(json!({
+                "apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": format!("cm-{i}"), "namespace": format!("ns-{}", i % 7),
+                             "labels": {"i": i.to_string()}},
+                "data": {"payload": "x".repeat(600)},
+            }))
+            .unwrap()
+        })
+        .collect();
+    let remote = client.plan(&tenant, None, &objects, &[]).await.unwrap();
+    assert_eq!(remote.len(), objects.len());
+    assert_eq!(
+        comparable(remote),
+        comparable(local(&tenant, None, &objects, &[]))
+    );
+}
+
+#[tokio::test]
+async fn explains_host_objects_and_reports_versions() {
+    let mut client = PlannerClient::connect(&serve().await).await.unwrap();
+    let host = documents("host/tenant-acme.yaml");
+    match client.explain_host_object(&host[1]).await.unwrap() {
+        HostObjectSource::Managed(p) => {
+            let meta = HostObjectMeta::from_value(&host[1]).unwrap();
+            assert_eq!(
+                p,
+                tenantplane_core::mapping::provenance(&meta.labels, &meta.annotations).unwrap()
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(matches!(
+        client.explain_host_object(&host[0]).await.unwrap(),
+        HostObjectSource::NotManaged { .. }
+    ));
+    let version = client.version().await.unwrap();
+    assert_eq!(version.mapping_version, tenantplane_core::MAPPING_VERSION);
+    assert_eq!(version.engine_version, tenantplane_core::ENGINE_VERSION);
+    assert_eq!(version.default_policy.name, "tenantplane-default");
+}
+
+#[tokio::test]
+async fn refusals_come_back_as_field_violations() {
+    let mut client = PlannerClient::connect(&serve().await).await.unwrap();
+    let tenant = Tenant::new("acme", Default::default());
+    let object = TenantObject::from_value(json!({
+        "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}
+    }))
+    .unwrap();
+    let error = client
+        .plan(&tenant, Some("spec: {rules: [{name: x}]}"), &[object], &[])
+        .await
+        .unwrap_err();
+    let ClientError::Status(status) = &error else {
+        panic!("{error:?}")
+    };
+    assert_eq!(status.code(), tonic::Code::InvalidArgument);
+    let violations = error.field_violations();
+    assert_eq!(violations.len(), 1);
+    assert!(
+        violations[0].field.starts_with("sync_policy"),
+        "{violations:?}"
+    );
+}
+
+#[tokio::test]
+async fn remote_compilation_equals_in_process_compilation() {
+    let mut client = IsolationClient::connect(&serve().await).await.unwrap();
+    let tenant: Tenant = serde_norway::from_str(&example("tenant.yaml")).unwrap();
+    let profile: IsolationProfile =
+        serde_norway::from_str(&example("isolationprofile.yaml")).unwrap();
+    let local = tenantplane_isolation::compile(&tenant, &profile).unwrap();
+    let mut applied = local.refs();
+    let stale = ObjectRef {
+        api_version: "v1".into(),
+        kind: "LimitRange".into(),
+        namespace: Some("tenant-acme".into()),
+        name: "tenantplane-old".into(),
+    };
+    applied.push(stale.clone());
+    let remote = client.compile(&tenant, &profile, &applied).await.unwrap();
+    assert_eq!(remote.compilation, local);
+    assert_eq!(remote.prune, vec![stale]);
+}
+
+#[tokio::test]
+async fn connecting_to_nothing_fails_with_the_address() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    drop(listener);
+    let error = PlannerClient::connect(&ClientConfig::new(addr.to_string()))
+        .await
+        .unwrap_err();
+    assert!(matches!(error, ClientError::Connect { .. }), "{error:?}");
+    assert!(error.to_string().contains(&addr.to_string()), "{error}");
+}
