@@ -71,6 +71,23 @@ pub struct WriteOptions {
     pub force: bool,
 }
 
+/// The stored object a write replaces, and where it lives.
+#[derive(Debug, Clone, Copy)]
+struct Existing<'a> {
+    rt: &'a ResourceType,
+    namespace: &'a str,
+    name: &'a str,
+    old: &'a Value,
+}
+
+/// Whether a write still has to record its field manager in managedFields
+/// (server-side apply has already done so).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ownership {
+    Record,
+    AlreadyRecorded,
+}
+
 /// Propagation of a deletion to dependents.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Propagation {
@@ -995,16 +1012,19 @@ impl Store {
                 meta_mut(&mut body).insert("resourceVersion".into(), json!(rv));
             }
         }
-        let updated = self.replace(
-            &mut state,
+        let existing = Existing {
             rt,
             namespace,
             name,
-            &old,
+            old: &old,
+        };
+        let updated = self.replace(
+            &mut state,
+            existing,
             body,
             status_only,
             opts,
-            true,
+            Ownership::Record,
         )?;
         drop(state);
         self.changed.notify_one();
@@ -1042,8 +1062,7 @@ impl Store {
                         return Err(ApiError::not_found(&rt.group, &rt.plural, name));
                     }
                     None => {
-                        let created = server_side_apply(None, &applied, &writer, opts.force)?;
-                        let mut created = created;
+                        let mut created = server_side_apply(None, &applied, &writer, opts.force)?;
                         Self::check_body_type(rt, &mut created)?;
                         self.insert_new(&mut state, rt, namespace, created, opts.dry_run)?
                     }
@@ -1055,26 +1074,31 @@ impl Store {
                             json_patch::merge(&mut status_value, status);
                             merged["status"] = status_value;
                         }
-                        self.replace(
-                            &mut state, rt, namespace, name, &old, merged, true, opts, true,
-                        )?
+                        let existing = Existing {
+                            rt,
+                            namespace,
+                            name,
+                            old: &old,
+                        };
+                        self.replace(&mut state, existing, merged, true, opts, Ownership::Record)?
                     }
                     Some(old) => {
                         let served_old = Self::served(rt, old.clone());
-                        let mut merged =
+                        let merged =
                             server_side_apply(Some(&served_old), &applied, &writer, opts.force)?;
-                        if rt.has_status {
-                            match old.get("status") {
-                                Some(status) => merged["status"] = status.clone(),
-                                None => {
-                                    if let Value::Object(m) = &mut merged {
-                                        m.remove("status");
-                                    }
-                                }
-                            }
-                        }
+                        let existing = Existing {
+                            rt,
+                            namespace,
+                            name,
+                            old: &old,
+                        };
                         self.replace(
-                            &mut state, rt, namespace, name, &old, merged, false, opts, false,
+                            &mut state,
+                            existing,
+                            merged,
+                            false,
+                            opts,
+                            Ownership::AlreadyRecorded,
                         )?
                     }
                 }
@@ -1084,16 +1108,19 @@ impl Store {
                 let mut patched = Self::served(rt, old.clone());
                 apply_patch(kind, &mut patched, patch, rt.custom)?;
                 Self::check_body_type(rt, &mut patched)?;
-                self.replace(
-                    &mut state,
+                let existing = Existing {
                     rt,
                     namespace,
                     name,
-                    &old,
+                    old: &old,
+                };
+                self.replace(
+                    &mut state,
+                    existing,
                     patched,
                     status_only,
                     opts,
-                    true,
+                    Ownership::Record,
                 )?
             }
         };
@@ -1133,19 +1160,21 @@ impl Store {
 
     /// The shared tail of update, patch and apply: preconditions, server-owned
     /// metadata, generation, managedFields, finalizer rules, commit.
-    #[allow(clippy::too_many_arguments)]
     fn replace(
         &self,
         state: &mut State,
-        rt: &ResourceType,
-        namespace: &str,
-        name: &str,
-        old: &Value,
+        existing: Existing<'_>,
         mut body: Value,
         status_only: bool,
         opts: &WriteOptions,
-        track_update: bool,
+        ownership: Ownership,
     ) -> ApiResult<Value> {
+        let Existing {
+            rt,
+            namespace,
+            name,
+            old,
+        } = existing;
         let old_rv = meta_str(old, "resourceVersion").unwrap_or_default();
         if let Some(rv) = meta_str(&body, "resourceVersion").filter(|rv| !rv.is_empty())
             && rv != old_rv
@@ -1233,7 +1262,7 @@ impl Store {
                 ));
             }
         }
-        if track_update {
+        if ownership == Ownership::Record {
             let api_version = rt.api_version();
             let time = now();
             let writer = Writer {
