@@ -454,14 +454,13 @@ async fn serve_resource(
                     ApiError::bad_request(format!("the patch is not valid JSON: {e}"))
                 })?
             };
-            let existed = store.get(&rt, &namespace, name).is_ok();
             let patched = store.patch(&rt, &namespace, name, kind, &patch, status_only, &write)?;
-            let code = if existed {
-                StatusCode::OK
-            } else {
+            let code = if patched.created {
                 StatusCode::CREATED
+            } else {
+                StatusCode::OK
             };
-            Ok(ok(code, &patched))
+            Ok(ok(code, &patched.object))
         }
         (Method::DELETE, Some(name)) => {
             let options = delete_options(query, body)?;

@@ -71,6 +71,14 @@ pub struct WriteOptions {
     pub force: bool,
 }
 
+/// The result of a PATCH.
+#[derive(Debug)]
+pub struct Patched {
+    pub object: Value,
+    /// Server-side apply created the object (201 instead of 200).
+    pub created: bool,
+}
+
 /// The stored object a write replaces, and where it lives.
 #[derive(Debug, Clone, Copy)]
 struct Existing<'a> {
@@ -1031,7 +1039,8 @@ impl Store {
         Ok(Self::served(rt, updated))
     }
 
-    /// PATCH: applies a patch (or server-side apply) to an object.
+    /// PATCH: applies a patch (or server-side apply, which may create the
+    /// object) to an object.
     #[allow(clippy::too_many_arguments)]
     pub fn patch(
         &self,
@@ -1042,10 +1051,11 @@ impl Store {
         patch: &Value,
         status_only: bool,
         opts: &WriteOptions,
-    ) -> ApiResult<Value> {
+    ) -> ApiResult<Patched> {
         let mut state = self.lock();
         let key = rt.storage_key();
         let old = state.lookup(&key, namespace, name).cloned();
+        let created = old.is_none();
         let api_version = rt.api_version();
         let time = now();
         let writer = Writer {
@@ -1126,7 +1136,10 @@ impl Store {
         };
         drop(state);
         self.changed.notify_one();
-        Ok(Self::served(rt, result))
+        Ok(Patched {
+            object: Self::served(rt, result),
+            created,
+        })
     }
 
     fn check_applied(name: &str, applied: &mut Value) -> ApiResult<()> {

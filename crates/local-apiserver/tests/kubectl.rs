@@ -36,7 +36,9 @@ fn run(target: &Target, cache: &Path, args: &[&str], stdin: Option<&str>) -> Out
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    let mut child = command.spawn().expect("running kubectl");
+    let mut child = command
+        .spawn()
+        .expect("running kubectl: install it (/usr/bin/kubectl) or set KUBECTL");
     let mut input = child.stdin.take().expect("stdin");
     input
         .write_all(stdin.unwrap_or("").as_bytes())
