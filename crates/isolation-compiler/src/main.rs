@@ -1,0 +1,56 @@
+//! `tenantplane-isolation-compiler`: serves `tenantplane.isolation.v1.IsolationCompiler`
+//! (IsolationProfile → host objects with provenance and a prune list) with gRPC health,
+//! reflection and an admin port.
+
+use std::net::SocketAddr;
+
+use clap::Parser;
+use tenantplane_grpc::IsolationService;
+use tenantplane_isolation::{CompileOptions, DEFAULT_SYNCER_USERNAME};
+use tenantplane_service::{GrpcApi, Server, ServiceArgs, init_logging, shutdown_signal};
+
+/// The tenantplane isolation compiler service.
+#[derive(Debug, Parser)]
+#[command(version, about)]
+struct Args {
+    /// Address of the gRPC port.
+    #[arg(
+        long,
+        env = "TENANTPLANE_ISOLATION_GRPC_ADDR",
+        default_value = "127.0.0.1:7411"
+    )]
+    grpc_addr: SocketAddr,
+
+    /// Address of the admin HTTP port (/live, /ready, /metrics).
+    #[arg(
+        long,
+        env = "TENANTPLANE_ISOLATION_ADMIN_ADDR",
+        default_value = "127.0.0.1:7412"
+    )]
+    admin_addr: SocketAddr,
+
+    /// The Kubernetes user the syncer acts as: the only user the compiled admission policies let
+    /// change tenantplane-managed objects in a host namespace.
+    #[arg(long, env = "TENANTPLANE_SYNCER_USERNAME", default_value = DEFAULT_SYNCER_USERNAME)]
+    syncer_username: String,
+
+    #[command(flatten)]
+    service: ServiceArgs,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    init_logging(args.service.log_format, &args.service.log_filter)?;
+    let server = Server::bind(
+        args.grpc_addr,
+        args.admin_addr,
+        args.service.tls.server_config()?,
+    )
+    .await?;
+    let options = CompileOptions {
+        syncer_username: args.syncer_username,
+    };
+    let api = GrpcApi::new().with_service(IsolationService::new(options).into_server());
+    server.serve(api, shutdown_signal()).await
+}

@@ -1,0 +1,46 @@
+//! `tenantplane-planner`: serves `tenantplane.planner.v1.Planner` (plan tenant objects, explain
+//! host objects, report versions) with gRPC health, reflection and an admin port.
+
+use std::net::SocketAddr;
+
+use clap::Parser;
+use tenantplane_grpc::PlannerService;
+use tenantplane_service::{GrpcApi, Server, ServiceArgs, init_logging, shutdown_signal};
+
+/// The tenantplane planner service.
+#[derive(Debug, Parser)]
+#[command(version, about)]
+struct Args {
+    /// Address of the gRPC port.
+    #[arg(
+        long,
+        env = "TENANTPLANE_PLANNER_GRPC_ADDR",
+        default_value = "127.0.0.1:7401"
+    )]
+    grpc_addr: SocketAddr,
+
+    /// Address of the admin HTTP port (/live, /ready, /metrics).
+    #[arg(
+        long,
+        env = "TENANTPLANE_PLANNER_ADMIN_ADDR",
+        default_value = "127.0.0.1:7402"
+    )]
+    admin_addr: SocketAddr,
+
+    #[command(flatten)]
+    service: ServiceArgs,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    init_logging(args.service.log_format, &args.service.log_filter)?;
+    let server = Server::bind(
+        args.grpc_addr,
+        args.admin_addr,
+        args.service.tls.server_config()?,
+    )
+    .await?;
+    let api = GrpcApi::new().with_service(PlannerService::new().into_server());
+    server.serve(api, shutdown_signal()).await
+}
