@@ -2,11 +2,14 @@
 //!
 //! Ownership is tracked per leaf path of the JSON object, in the `FieldsV1`
 //! notation real servers use (`f:spec`, `k:{"name":"web"}` for keyed list
-//! items, `.` for an owned list item). Simplifications against the real
-//! structured-merge-diff: lists are keyed only where [`merge_key`] knows a key
-//! (built-in container/port/env/volume lists and the like), every other list
-//! (including all lists of custom resources) is one atomic leaf; keys are a
-//! single field; there is no schema, so an empty map is a leaf.
+//! items, `.` for an owned list item). Lists are keyed ([`ListShape`]) by the
+//! built-in merge keys [`merge_key`] knows (container/port/env/volume lists
+//! and the like) for built-in kinds and for any `metadata`, and by
+//! `x-kubernetes-list-type: map` / `x-kubernetes-list-map-keys` of the CRD
+//! schema for custom resources; every other list is one atomic leaf.
+//! Simplifications against the real structured-merge-diff: no
+//! `x-kubernetes-list-type: set` (such lists are atomic), built-in lists have
+//! single-field keys, and an empty map is a leaf.
 //!
 //! Apply: fields the applied configuration sets that another manager owns
 //! with a different value are conflicts (409 with one cause per field) unless
@@ -39,8 +42,68 @@ struct ManagerEntry {
 /// Metadata fields that take part in field ownership.
 const OWNED_METADATA: [&str; 4] = ["labels", "annotations", "finalizers", "ownerReferences"];
 
+/// Where the keys of keyed lists come from: the built-in merge keys, or the
+/// node of a CRD's OpenAPI schema that describes the current value.
+#[derive(Debug, Clone, Copy)]
+pub enum ListShape<'a> {
+    Builtin,
+    Schema(Option<&'a Value>),
+}
+
+impl<'a> ListShape<'a> {
+    /// The shape of a field of the current (object) value. A `metadata`
+    /// field the schema does not describe is an ObjectMeta: built-in keys.
+    fn field(self, name: &str) -> ListShape<'a> {
+        match self {
+            Self::Builtin => Self::Builtin,
+            Self::Schema(node) => {
+                let described = node.and_then(|n| {
+                    n.pointer(&format!("/properties/{name}"))
+                        .or_else(|| n.get("additionalProperties").filter(|a| a.is_object()))
+                });
+                match described {
+                    None if name == "metadata" => Self::Builtin,
+                    described => Self::Schema(described),
+                }
+            }
+        }
+    }
+
+    /// The shape of the items of the current (list) value.
+    fn items(self) -> ListShape<'a> {
+        match self {
+            Self::Builtin => Self::Builtin,
+            Self::Schema(node) => Self::Schema(node.and_then(|n| n.get("items"))),
+        }
+    }
+
+    /// The key fields of the current list, if it is keyed.
+    fn list_keys(self, field: &str, items: &[Value]) -> Option<Vec<String>> {
+        match self {
+            Self::Builtin => {
+                let refs: Vec<&Value> = items.iter().collect();
+                merge_key(field, &refs).map(|k| vec![k.to_string()])
+            }
+            Self::Schema(node) => {
+                let node = node?;
+                if node.get("x-kubernetes-list-type").and_then(Value::as_str) != Some("map") {
+                    return None;
+                }
+                let keys: Vec<String> = node
+                    .get("x-kubernetes-list-map-keys")?
+                    .as_array()?
+                    .iter()
+                    .filter_map(Value::as_str)
+                    .map(str::to_string)
+                    .collect();
+                (!keys.is_empty()).then_some(keys)
+            }
+        }
+    }
+}
+
 /// The set of owned paths an object (or applied configuration) sets.
-fn field_set(object: &Value) -> FieldSet {
+fn field_set(object: &Value, shape: ListShape<'_>) -> FieldSet {
     let mut set = FieldSet::new();
     let Value::Object(map) = object else {
         return set;
@@ -52,52 +115,80 @@ fn field_set(object: &Value) -> FieldSet {
                 if let Value::Object(meta) = value {
                     for field in OWNED_METADATA {
                         if let Some(v) = meta.get(field) {
-                            collect(field, v, &mut vec!["f:metadata".to_string()], &mut set);
+                            collect(
+                                field,
+                                v,
+                                ListShape::Builtin,
+                                &mut vec!["f:metadata".to_string()],
+                                &mut set,
+                            );
                         }
                     }
                 }
             }
-            _ => collect(key, value, &mut Vec::new(), &mut set),
+            _ => collect(key, value, shape.field(key), &mut Vec::new(), &mut set),
         }
     }
     set
 }
 
 /// The status paths an object sets (for writes through the status subresource).
-fn status_field_set(object: &Value) -> FieldSet {
+fn status_field_set(object: &Value, shape: ListShape<'_>) -> FieldSet {
     let mut set = FieldSet::new();
     if let Some(status) = object.get("status") {
-        collect("status", status, &mut Vec::new(), &mut set);
+        collect(
+            "status",
+            status,
+            shape.field("status"),
+            &mut Vec::new(),
+            &mut set,
+        );
     }
     set
 }
 
-fn item_token(key: &str, item: &Value) -> Option<String> {
-    let id = item.get(key)?;
-    Some(format!("k:{}", json!({ key: id })))
+/// `k:{...}` for a keyed list item; None when a key field is missing.
+fn item_token(keys: &[String], item: &Value) -> Option<String> {
+    let mut id = Map::new();
+    for key in keys {
+        id.insert(key.clone(), item.get(key)?.clone());
+    }
+    Some(format!("k:{}", Value::Object(id)))
 }
 
-fn collect(field: &str, value: &Value, prefix: &mut FieldPath, set: &mut FieldSet) {
+fn same_key(keys: &[String], a: &Value, b: &Value) -> bool {
+    keys.iter()
+        .all(|k| a.get(k).is_some() && a.get(k) == b.get(k))
+}
+
+/// Collects the owned paths under `field`, whose value has the given shape.
+fn collect(
+    field: &str,
+    value: &Value,
+    shape: ListShape<'_>,
+    prefix: &mut FieldPath,
+    set: &mut FieldSet,
+) {
     prefix.push(format!("f:{field}"));
     match value {
         Value::Object(map) if !map.is_empty() => {
             for (k, v) in map {
-                collect(k, v, prefix, set);
+                collect(k, v, shape.field(k), prefix, set);
             }
         }
         Value::Array(items) if !items.is_empty() && items.iter().all(Value::is_object) => {
-            let refs: Vec<&Value> = items.iter().collect();
-            match merge_key(field, &refs) {
-                Some(key) => {
+            match shape.list_keys(field, items) {
+                Some(keys) => {
+                    let item_shape = shape.items();
                     for item in items {
-                        let Some(token) = item_token(key, item) else {
+                        let Some(token) = item_token(&keys, item) else {
                             continue;
                         };
                         prefix.push(token);
                         set.insert(prefix.clone());
                         if let Value::Object(fields) = item {
                             for (k, v) in fields {
-                                collect(k, v, prefix, set);
+                                collect(k, v, item_shape.field(k), prefix, set);
                             }
                         }
                         prefix.pop();
@@ -298,12 +389,12 @@ fn path_text(path: &[String]) -> String {
 
 /// Deep merge used by apply: maps merge, keyed lists merge by key, other
 /// values (and atomic lists) are replaced.
-fn merge_applied(target: &mut Value, applied: &Value, field: &str) {
+fn merge_applied(target: &mut Value, applied: &Value, field: &str, shape: ListShape<'_>) {
     match (target, applied) {
         (Value::Object(t), Value::Object(a)) => {
             for (k, v) in a {
                 match t.get_mut(k) {
-                    Some(existing) if !v.is_null() => merge_applied(existing, v, k),
+                    Some(existing) if !v.is_null() => merge_applied(existing, v, k, shape.field(k)),
                     _ => {
                         t.insert(k.clone(), v.clone());
                     }
@@ -311,13 +402,11 @@ fn merge_applied(target: &mut Value, applied: &Value, field: &str) {
             }
         }
         (Value::Array(t), Value::Array(a)) if a.iter().all(Value::is_object) => {
-            let refs: Vec<&Value> = a.iter().collect();
-            match merge_key(field, &refs) {
-                Some(key) => {
+            match shape.list_keys(field, a) {
+                Some(keys) => {
                     for item in a {
-                        let id = item.get(key);
-                        match t.iter_mut().find(|o| id.is_some() && o.get(key) == id) {
-                            Some(existing) => merge_applied(existing, item, ""),
+                        match t.iter_mut().find(|o| same_key(&keys, item, o)) {
+                            Some(existing) => merge_applied(existing, item, "", shape.items()),
                             None => t.push(item.clone()),
                         }
                     }
@@ -344,12 +433,13 @@ pub fn server_side_apply(
     current: Option<&Value>,
     applied: &Value,
     writer: &Writer<'_>,
+    shape: ListShape<'_>,
     force: bool,
 ) -> ApiResult<Value> {
     let empty = json!({});
     let base = current.unwrap_or(&empty);
     let mut entries = read_entries(base);
-    let new_set = field_set(applied);
+    let new_set = field_set(applied, shape);
 
     let mut conflicts = Vec::new();
     for entry in &entries {
@@ -402,7 +492,7 @@ pub fn server_side_apply(
     for path in removed {
         remove_at(&mut object, path);
     }
-    merge_applied(&mut object, applied, "");
+    merge_applied(&mut object, applied, "", shape);
 
     let entry = ManagerEntry {
         manager: writer.manager.to_string(),
@@ -424,14 +514,20 @@ pub fn server_side_apply(
 /// fields whose values it set or changed; fields that no longer exist leave
 /// every manager. `status_only` restricts tracking to `status` (the status
 /// subresource).
-pub fn record_update(old: Option<&Value>, new: &mut Value, writer: &Writer<'_>, status_only: bool) {
+pub fn record_update(
+    old: Option<&Value>,
+    new: &mut Value,
+    writer: &Writer<'_>,
+    shape: ListShape<'_>,
+    status_only: bool,
+) {
     let empty = json!({});
     let old = old.unwrap_or(&empty);
     let mut entries = read_entries(old);
     let (new_set, old_set) = if status_only {
-        (status_field_set(new), status_field_set(old))
+        (status_field_set(new, shape), status_field_set(old, shape))
     } else {
-        (field_set(new), field_set(old))
+        (field_set(new, shape), field_set(old, shape))
     };
     let changed: FieldSet = new_set
         .iter()
@@ -483,12 +579,27 @@ mod tests {
     #[test]
     fn apply_conflicts_with_other_manager_and_force_takes_over() {
         let first = json!({"metadata": {"name": "c"}, "data": {"a": "1", "b": "2"}});
-        let obj = server_side_apply(None, &first, &writer("one"), false).unwrap();
+        let obj =
+            server_side_apply(None, &first, &writer("one"), ListShape::Builtin, false).unwrap();
         let second = json!({"metadata": {"name": "c"}, "data": {"a": "9"}});
-        let err = server_side_apply(Some(&obj), &second, &writer("two"), false).unwrap_err();
+        let err = server_side_apply(
+            Some(&obj),
+            &second,
+            &writer("two"),
+            ListShape::Builtin,
+            false,
+        )
+        .unwrap_err();
         assert_eq!(err.code, 409);
         assert_eq!(err.details.unwrap().causes[0].field, ".data.a");
-        let forced = server_side_apply(Some(&obj), &second, &writer("two"), true).unwrap();
+        let forced = server_side_apply(
+            Some(&obj),
+            &second,
+            &writer("two"),
+            ListShape::Builtin,
+            true,
+        )
+        .unwrap();
         assert_eq!(forced["data"], json!({"a": "9", "b": "2"}));
         let managers: Vec<&str> = forced["metadata"]["managedFields"]
             .as_array()
@@ -502,9 +613,10 @@ mod tests {
     #[test]
     fn apply_removes_fields_the_manager_stopped_applying() {
         let first = json!({"spec": {"containers": [{"name": "a", "image": "x"}, {"name": "b", "image": "y"}]}});
-        let obj = server_side_apply(None, &first, &writer("m"), false).unwrap();
+        let obj = server_side_apply(None, &first, &writer("m"), ListShape::Builtin, false).unwrap();
         let second = json!({"spec": {"containers": [{"name": "a", "image": "x"}]}});
-        let obj = server_side_apply(Some(&obj), &second, &writer("m"), false).unwrap();
+        let obj = server_side_apply(Some(&obj), &second, &writer("m"), ListShape::Builtin, false)
+            .unwrap();
         assert_eq!(
             obj["spec"]["containers"],
             json!([{"name": "a", "image": "x"}])
@@ -519,15 +631,53 @@ mod tests {
     #[test]
     fn update_takes_ownership_of_changed_fields() {
         let first = json!({"metadata": {"name": "c"}, "data": {"a": "1"}});
-        let applied = server_side_apply(None, &first, &writer("applier"), false).unwrap();
+        let applied =
+            server_side_apply(None, &first, &writer("applier"), ListShape::Builtin, false).unwrap();
         let mut updated = applied.clone();
         updated["data"]["a"] = json!("2");
-        record_update(Some(&applied), &mut updated, &writer("editor"), false);
-        let again =
-            server_side_apply(Some(&updated), &first, &writer("applier"), false).unwrap_err();
+        record_update(
+            Some(&applied),
+            &mut updated,
+            &writer("editor"),
+            ListShape::Builtin,
+            false,
+        );
+        let again = server_side_apply(
+            Some(&updated),
+            &first,
+            &writer("applier"),
+            ListShape::Builtin,
+            false,
+        )
+        .unwrap_err();
         assert_eq!(
             again.details.unwrap().causes[0].message,
             "conflict with \"editor\""
+        );
+    }
+
+    #[test]
+    fn custom_resource_lists_are_keyed_by_the_schema() {
+        let schema = json!({"properties": {"spec": {"properties": {"ports": {
+            "type": "array",
+            "x-kubernetes-list-type": "map",
+            "x-kubernetes-list-map-keys": ["name", "protocol"],
+            "items": {"type": "object"}
+        }, "tags": {"type": "array", "items": {"type": "object"}}}}}});
+        let shape = ListShape::Schema(Some(&schema));
+        let first = json!({"spec": {"ports": [{"name": "a", "protocol": "TCP", "port": 1}], "tags": [{"t": 1}]}});
+        let obj = server_side_apply(None, &first, &writer("one"), shape, false).unwrap();
+        let second = json!({"spec": {"ports": [{"name": "b", "protocol": "TCP", "port": 2}], "tags": [{"t": 2}]}});
+        let obj = server_side_apply(Some(&obj), &second, &writer("two"), shape, true).unwrap();
+        assert_eq!(
+            obj["spec"]["ports"],
+            json!([{"name": "a", "protocol": "TCP", "port": 1}, {"name": "b", "protocol": "TCP", "port": 2}]),
+            "items of a list-type map merge by key"
+        );
+        assert_eq!(
+            obj["spec"]["tags"],
+            json!([{"t": 2}]),
+            "other lists are atomic"
         );
     }
 }

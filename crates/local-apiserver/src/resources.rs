@@ -4,7 +4,11 @@
 //! CustomResourceDefinitions. The table drives routing and discovery
 //! (`/api`, `/apis`, group and group/version resource lists).
 
+use std::sync::Arc;
+
 use serde_json::{Value, json};
+
+use crate::apply::ListShape;
 
 /// How objects of a resource are stored: group and plural, version-independent.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -26,6 +30,8 @@ pub struct ResourceType {
     pub has_status: bool,
     /// Served by a CustomResourceDefinition (JSON-only patches, no strategic merge).
     pub custom: bool,
+    /// The CRD version's `openAPIV3Schema` (list keys for server-side apply).
+    pub schema: Option<Arc<Value>>,
 }
 
 const VERBS: [&str; 8] = [
@@ -46,6 +52,15 @@ impl ResourceType {
             self.version.clone()
         } else {
             format!("{}/{}", self.group, self.version)
+        }
+    }
+
+    /// How server-side apply finds the keys of this kind's lists.
+    pub fn list_shape(&self) -> ListShape<'_> {
+        if self.custom {
+            ListShape::Schema(self.schema.as_deref())
+        } else {
+            ListShape::Builtin
         }
     }
 
@@ -292,6 +307,7 @@ impl Default for Registry {
                         short_names: short.iter().map(|s| s.to_string()).collect(),
                         has_status,
                         custom: false,
+                        schema: None,
                     }
                 },
             )
@@ -501,6 +517,10 @@ fn crd_resource_types(crd: &Value) -> Result<Vec<ResourceType>, String> {
             short_names: short_names.clone(),
             has_status: version.pointer("/subresources/status").is_some(),
             custom: true,
+            schema: version
+                .pointer("/schema/openAPIV3Schema")
+                .cloned()
+                .map(Arc::new),
         });
     }
     Ok(types)

@@ -721,7 +721,7 @@ impl Store {
             api_version: &rt.api_version(),
             time: &writer_time,
         };
-        record_update(None, &mut body, &writer, false);
+        record_update(None, &mut body, &writer, rt.list_shape(), false);
         let mut state = self.lock();
         let created = self.insert_new(&mut state, rt, namespace, body, opts.dry_run)?;
         drop(state);
@@ -1072,7 +1072,13 @@ impl Store {
                         return Err(ApiError::not_found(&rt.group, &rt.plural, name));
                     }
                     None => {
-                        let mut created = server_side_apply(None, &applied, &writer, opts.force)?;
+                        let mut created = server_side_apply(
+                            None,
+                            &applied,
+                            &writer,
+                            rt.list_shape(),
+                            opts.force,
+                        )?;
                         Self::check_body_type(rt, &mut created)?;
                         self.insert_new(&mut state, rt, namespace, created, opts.dry_run)?
                     }
@@ -1094,8 +1100,13 @@ impl Store {
                     }
                     Some(old) => {
                         let served_old = Self::served(rt, old.clone());
-                        let merged =
-                            server_side_apply(Some(&served_old), &applied, &writer, opts.force)?;
+                        let merged = server_side_apply(
+                            Some(&served_old),
+                            &applied,
+                            &writer,
+                            rt.list_shape(),
+                            opts.force,
+                        )?;
                         let existing = Existing {
                             rt,
                             namespace,
@@ -1284,7 +1295,13 @@ impl Store {
                 time: &time,
             };
             let served_old = Self::served(rt, old.clone());
-            record_update(Some(&served_old), &mut new, &writer, status_only);
+            record_update(
+                Some(&served_old),
+                &mut new,
+                &writer,
+                rt.list_shape(),
+                status_only,
+            );
         }
         if comparable(&new) == comparable(old) {
             return Ok(old.clone());

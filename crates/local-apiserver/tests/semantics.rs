@@ -684,7 +684,12 @@ async fn owner_reference_garbage_collection_and_orphaning() {
     target.cleanup(&ns).await;
 }
 
-fn crd(group: &str, scope: &str) -> CustomResourceDefinition {
+/// A schema that keeps any field (the default for these tests).
+fn open_schema() -> Value {
+    json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true})
+}
+
+fn crd(group: &str, scope: &str, schema: Value) -> CustomResourceDefinition {
     serde_json::from_value(json!({
         "metadata": {"name": format!("widgets.{group}")},
         "spec": {
@@ -696,16 +701,16 @@ fn crd(group: &str, scope: &str) -> CustomResourceDefinition {
                 "served": true,
                 "storage": true,
                 "subresources": {"status": {}},
-                "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}
+                "schema": {"openAPIV3Schema": schema}
             }]
         }
     }))
     .unwrap()
 }
 
-async fn install_crd(client: &Client, group: &str, scope: &str) -> ApiResource {
+async fn install_crd(client: &Client, group: &str, scope: &str, schema: Value) -> ApiResource {
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    crds.create(&PostParams::default(), &crd(group, scope))
+    crds.create(&PostParams::default(), &crd(group, scope, schema))
         .await
         .unwrap();
     let name = format!("widgets.{group}");
@@ -735,7 +740,7 @@ async fn custom_resources_with_status_subresource_and_generation() {
     let target = Target::start().await;
     let ns = target.namespace().await;
     let group = unique_group("ns");
-    let resource = install_crd(&target.client, &group, "Namespaced").await;
+    let resource = install_crd(&target.client, &group, "Namespaced", open_schema()).await;
     let discovery = Discovery::new(target.client.clone()).run().await.unwrap();
     assert!(
         discovery.has_group(&group),
@@ -843,7 +848,7 @@ async fn custom_resources_with_status_subresource_and_generation() {
 async fn cluster_scoped_custom_resources() {
     let target = Target::start().await;
     let group = unique_group("cluster");
-    let resource = install_crd(&target.client, &group, "Cluster").await;
+    let resource = install_crd(&target.client, &group, "Cluster", open_schema()).await;
     let api: Api<DynamicObject> = Api::all_with(target.client.clone(), &resource);
     let applied = json!({
         "apiVersion": format!("{group}/v1"),
@@ -1013,5 +1018,96 @@ async fn metadata_only_get_list_and_watch() {
         Some(WatchEvent::Added(o)) => assert_eq!(o.name_any(), "meta"),
         other => panic!("expected the existing object, got {other:?}"),
     }
+    target.cleanup(&ns).await;
+}
+
+#[tokio::test]
+async fn server_side_apply_merges_custom_list_maps_by_key() {
+    let target = Target::start().await;
+    let ns = target.namespace().await;
+    let group = unique_group("listmap");
+    let schema = json!({
+        "type": "object",
+        "properties": {"spec": {"type": "object", "properties": {"ports": {
+            "type": "array",
+            "x-kubernetes-list-type": "map",
+            "x-kubernetes-list-map-keys": ["name"],
+            "items": {
+                "type": "object",
+                "required": ["name"],
+                "properties": {"name": {"type": "string"}, "port": {"type": "integer"}}
+            }
+        }}}}
+    });
+    let resource = install_crd(&target.client, &group, "Namespaced", schema).await;
+    let api: Api<DynamicObject> = Api::namespaced_with(target.client.clone(), &ns, &resource);
+    let applied = |ports: Value| {
+        json!({
+            "apiVersion": format!("{group}/v1"),
+            "kind": "Widget",
+            "metadata": {"name": "ports"},
+            "spec": {"ports": ports}
+        })
+    };
+    let port_names = |o: &DynamicObject| -> Vec<String> {
+        o.data["spec"]["ports"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["name"].as_str().unwrap().to_string())
+            .collect()
+    };
+
+    api.patch(
+        "ports",
+        &PatchParams::apply("web"),
+        &Patch::Apply(applied(json!([{"name": "http", "port": 80}]))),
+    )
+    .await
+    .unwrap();
+    let both = api
+        .patch(
+            "ports",
+            &PatchParams::apply("metrics"),
+            &Patch::Apply(applied(json!([{"name": "metrics", "port": 9090}]))),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        port_names(&both),
+        ["http", "metrics"],
+        "keyed items from two managers coexist"
+    );
+
+    let conflict = status(
+        api.patch(
+            "ports",
+            &PatchParams::apply("metrics"),
+            &Patch::Apply(applied(
+                json!([{"name": "metrics", "port": 9090}, {"name": "http", "port": 8080}]),
+            )),
+        )
+        .await,
+    );
+    assert_eq!(conflict.code, 409, "another manager's item field conflicts");
+
+    let without_web = api
+        .patch(
+            "ports",
+            &PatchParams::apply("web"),
+            &Patch::Apply(applied(json!([]))),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        port_names(&without_web),
+        ["metrics"],
+        "web's item goes when web stops applying it"
+    );
+
+    let crds: Api<CustomResourceDefinition> = Api::all(target.client.clone());
+    crds.delete(&format!("widgets.{group}"), &DeleteParams::default())
+        .await
+        .unwrap();
     target.cleanup(&ns).await;
 }
