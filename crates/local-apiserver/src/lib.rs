@@ -139,7 +139,11 @@ async fn persist_loop(
         tokio::select! {
             () = store.changed.notified() => {
                 tokio::time::sleep(PERSIST_DEBOUNCE).await;
-                write_snapshot(&store, &path)?;
+                // Keep serving; the next change (or shutdown) tries again,
+                // and the final write's error is returned from shutdown.
+                if let Err(error) = write_snapshot(&store, &path) {
+                    tracing::error!(%error, "persisting the local API server state failed");
+                }
             }
             _ = shutdown.changed() => {
                 return write_snapshot(&store, &path);

@@ -159,3 +159,32 @@ async fn binary_writes_a_kubeconfig_and_stops_on_sigterm() {
         "the server exits cleanly on SIGTERM: {status}"
     );
 }
+
+#[tokio::test]
+async fn shutdown_ends_open_watches() {
+    let server = LocalApiServer::builder().start().await.unwrap();
+    let api: Api<ConfigMap> = Api::default_namespaced(server.client().await.unwrap());
+    let mut stream = api
+        .watch(&WatchParams::default(), "0")
+        .await
+        .unwrap()
+        .boxed();
+    api.create(&PostParams::default(), &config_map("seen", "1"))
+        .await
+        .unwrap();
+    match stream.try_next().await.unwrap() {
+        Some(WatchEvent::Added(o)) => assert_eq!(o.name_any(), "seen"),
+        other => panic!("expected the new object, got {other:?}"),
+    }
+    // A generous guard, not a timing assertion: shutdown must not hang on
+    // the open watch.
+    tokio::time::timeout(std::time::Duration::from_secs(30), server.shutdown())
+        .await
+        .expect("shutdown finished with a watch open")
+        .unwrap();
+    let rest: Vec<_> = stream.collect().await;
+    assert!(
+        rest.iter().all(|event| event.is_ok()),
+        "the watch ended cleanly: {rest:?}"
+    );
+}
