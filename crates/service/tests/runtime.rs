@@ -1,0 +1,262 @@
+//! A service runtime on loopback sockets: health, reflection, the admin port, TLS and mutual
+//! TLS, and graceful shutdown, called with real clients.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+use tenantplane_client::{ClientConfig, ClientError, ClientTls, PlannerClient};
+use tenantplane_grpc::PlannerService;
+use tenantplane_service::{GrpcApi, Server};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+use tonic::transport::{Certificate, Identity, ServerTlsConfig};
+use tonic_health::pb::HealthCheckRequest;
+use tonic_health::pb::health_check_response::ServingStatus;
+use tonic_health::pb::health_client::HealthClient;
+
+/// A running planner service: its addresses, the trigger of its shutdown and its task.
+struct Running {
+    grpc: SocketAddr,
+    admin: SocketAddr,
+    stop: oneshot::Sender<()>,
+    task: JoinHandle<anyhow::Result<()>>,
+}
+
+async fn start(tls: Option<ServerTlsConfig>) -> Running {
+    let loopback: SocketAddr = "127.0.0.1:0".parse().unwrap();
+    let server = Server::bind(loopback, loopback, tls).await.unwrap();
+    let (grpc, admin) = (server.grpc_addr(), server.admin_addr());
+    let (stop, stopped) = oneshot::channel::<()>();
+    let api = GrpcApi::new().with_service(PlannerService::new().into_server());
+    let task = tokio::spawn(server.serve(api, async {
+        let _ = stopped.await;
+    }));
+    Running {
+        grpc,
+        admin,
+        stop,
+        task,
+    }
+}
+
+async fn channel(addr: SocketAddr) -> tonic::transport::Channel {
+    tenantplane_client::connect(&ClientConfig::new(addr.to_string()))
+        .await
+        .unwrap()
+}
+
+/// GET `path` on the admin port: status code and body.
+async fn get(addr: SocketAddr, path: &str) -> (u16, String) {
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.unwrap();
+    let status = response[9..12].parse().unwrap();
+    let body = response.split_once("\r\n\r\n").unwrap().1.to_string();
+    (status, body)
+}
+
+#[tokio::test]
+async fn health_reports_serving_for_the_server_and_its_api() {
+    let running = start(None).await;
+    let mut health = HealthClient::new(channel(running.grpc).await);
+    for service in ["", "tenantplane.planner.v1.Planner"] {
+        let status = health
+            .check(HealthCheckRequest {
+                service: service.into(),
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .status();
+        assert_eq!(status, ServingStatus::Serving, "{service:?}");
+    }
+    let unknown = health
+        .check(HealthCheckRequest {
+            service: "no.such.Service".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(unknown.code(), tonic::Code::NotFound);
+}
+
+#[tokio::test]
+async fn reflection_lists_every_service_in_v1_and_v1alpha() {
+    use tonic_reflection::pb::{v1, v1alpha};
+    let running = start(None).await;
+    let expected = [
+        "grpc.health.v1.Health",
+        "tenantplane.planner.v1.Planner",
+        "tenantplane.isolation.v1.IsolationCompiler",
+    ];
+
+    let mut client =
+        v1::server_reflection_client::ServerReflectionClient::new(channel(running.grpc).await);
+    let request = v1::ServerReflectionRequest {
+        host: String::new(),
+        message_request: Some(v1::server_reflection_request::MessageRequest::ListServices(
+            String::new(),
+        )),
+    };
+    let mut responses = client
+        .server_reflection_info(tokio_stream::iter([request]))
+        .await
+        .unwrap()
+        .into_inner();
+    let response = responses.message().await.unwrap().unwrap();
+    let Some(v1::server_reflection_response::MessageResponse::ListServicesResponse(list)) =
+        response.message_response
+    else {
+        panic!("{response:?}")
+    };
+    let names: Vec<_> = list.service.iter().map(|s| s.name.as_str()).collect();
+    for name in expected {
+        assert!(names.contains(&name), "{name} missing from {names:?}");
+    }
+
+    // The symbol a grpcurl `describe` asks for resolves to its file.
+    let mut client =
+        v1alpha::server_reflection_client::ServerReflectionClient::new(channel(running.grpc).await);
+    let request = v1alpha::ServerReflectionRequest {
+        host: String::new(),
+        message_request: Some(
+            v1alpha::server_reflection_request::MessageRequest::FileContainingSymbol(
+                "tenantplane.planner.v1.Planner".into(),
+            ),
+        ),
+    };
+    let mut responses = client
+        .server_reflection_info(tokio_stream::iter([request]))
+        .await
+        .unwrap()
+        .into_inner();
+    let response = responses.message().await.unwrap().unwrap();
+    assert!(
+        matches!(
+            response.message_response,
+            Some(v1alpha::server_reflection_response::MessageResponse::FileDescriptorResponse(_))
+        ),
+        "{response:?}"
+    );
+}
+
+#[tokio::test]
+async fn admin_port_answers_live_ready_and_metrics_per_rpc() {
+    let running = start(None).await;
+    assert_eq!(get(running.admin, "/live").await.0, 200);
+    assert_eq!(
+        get(running.admin, "/ready").await,
+        (200, "ready\n".to_string())
+    );
+    assert_eq!(get(running.admin, "/nothing").await.0, 404);
+
+    let mut client = PlannerClient::new(channel(running.grpc).await);
+    client.version().await.unwrap();
+    let tenant = tenantplane_api::Tenant::new("Bad_Name", Default::default());
+    let object = tenantplane_core::TenantObject::from_value(serde_json::json!({
+        "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}
+    }))
+    .unwrap();
+    client
+        .plan(&tenant, None, &[object], &[])
+        .await
+        .unwrap_err();
+
+    let (status, metrics) = get(running.admin, "/metrics").await;
+    assert_eq!(status, 200);
+    for line in [
+        r#"tenantplane_grpc_server_handled_total{grpc_service="tenantplane.planner.v1.Planner",grpc_method="GetVersion",grpc_code="Ok"} 1"#,
+        r#"tenantplane_grpc_server_handled_total{grpc_service="tenantplane.planner.v1.Planner",grpc_method="Plan",grpc_code="InvalidArgument"} 1"#,
+        r#"tenantplane_grpc_server_handling_seconds_count{grpc_service="tenantplane.planner.v1.Planner",grpc_method="Plan"} 1"#,
+    ] {
+        assert!(metrics.contains(line), "{line}\nnot in\n{metrics}");
+    }
+}
+
+#[tokio::test]
+async fn shutdown_completes_calls_then_closes_both_ports() {
+    let running = start(None).await;
+    let mut client = PlannerClient::new(channel(running.grpc).await);
+    client.version().await.unwrap();
+    running.stop.send(()).unwrap();
+    let result = tokio::time::timeout(Duration::from_secs(10), running.task)
+        .await
+        .expect("the server stops promptly")
+        .unwrap();
+    result.unwrap();
+    assert!(TcpStream::connect(running.grpc).await.is_err());
+    assert!(TcpStream::connect(running.admin).await.is_err());
+}
+
+/// A CA and a certificate it signed for `localhost`, both PEM: (CA cert, cert, key).
+fn pki() -> (String, (String, String), (String, String)) {
+    let ca_key = KeyPair::generate().unwrap();
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca = ca_params.self_signed(&ca_key).unwrap();
+    let issuer = Issuer::from_params(&ca_params, &ca_key);
+    let leaf = |names: Vec<String>| {
+        let key = KeyPair::generate().unwrap();
+        let cert = CertificateParams::new(names)
+            .unwrap()
+            .signed_by(&key, &issuer)
+            .unwrap();
+        (cert.pem(), key.serialize_pem())
+    };
+    let server = leaf(vec!["localhost".into()]);
+    let client = leaf(vec!["tenantplane-syncer".into()]);
+    (ca.pem(), server, client)
+}
+
+fn tls_client(addr: SocketAddr, ca: &str, identity: Option<&(String, String)>) -> ClientConfig {
+    ClientConfig::new(format!("https://localhost:{}", addr.port())).with_tls(ClientTls {
+        ca_pem: ca.as_bytes().to_vec(),
+        identity: identity.map(|(c, k)| (c.as_bytes().to_vec(), k.as_bytes().to_vec())),
+        domain: None,
+    })
+}
+
+#[tokio::test]
+async fn tls_serves_clients_that_trust_its_ca() {
+    let (ca, (cert, key), _) = pki();
+    let running = start(Some(
+        ServerTlsConfig::new().identity(Identity::from_pem(cert, key)),
+    ))
+    .await;
+    let mut client = PlannerClient::connect(&tls_client(running.grpc, &ca, None))
+        .await
+        .unwrap();
+    client.version().await.unwrap();
+
+    // A plaintext client gets no answer from a TLS port.
+    let mut plaintext = PlannerClient::new(channel(running.grpc).await);
+    let error = plaintext.version().await.unwrap_err();
+    assert!(matches!(error, ClientError::Status(_)), "{error:?}");
+}
+
+#[tokio::test]
+async fn mutual_tls_refuses_clients_without_a_certificate() {
+    let (ca, (cert, key), client_identity) = pki();
+    let tls = ServerTlsConfig::new()
+        .identity(Identity::from_pem(cert, key))
+        .client_ca_root(Certificate::from_pem(&ca));
+    let running = start(Some(tls)).await;
+
+    let mut client = PlannerClient::connect(&tls_client(running.grpc, &ca, Some(&client_identity)))
+        .await
+        .unwrap();
+    client.version().await.unwrap();
+
+    let anonymous = match PlannerClient::connect(&tls_client(running.grpc, &ca, None)).await {
+        Ok(mut client) => client.version().await.map(|_| ()),
+        Err(e) => Err(e),
+    };
+    assert!(
+        anonymous.is_err(),
+        "a client without a certificate was served"
+    );
+}
