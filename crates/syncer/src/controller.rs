@@ -16,7 +16,6 @@ use k8s_openapi::api::core::v1::{Namespace, Secret};
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::discovery::{Discovery, Scope, verbs};
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::finalizer::{Event as Finalizer, finalizer};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
@@ -178,15 +177,42 @@ fn error_policy(tenant: Arc<Tenant>, error: &Error, _ctx: Arc<Context>) -> Actio
 
 async fn reconcile(tenant: Arc<Tenant>, ctx: Arc<Context>) -> Result<Action, Error> {
     let api: Api<Tenant> = Api::all(ctx.shared.host.clone());
-    let ctx2 = ctx.clone();
-    finalizer(&api, FINALIZER, tenant, move |event| async move {
-        match event {
-            Finalizer::Apply(t) => apply(&t, &ctx2).await,
-            Finalizer::Cleanup(t) => cleanup(&t, &ctx2).await,
+    let finalizers = tenant.finalizers().to_vec();
+    let ours = finalizers.iter().any(|f| f == FINALIZER);
+    if tenant.metadata.deletion_timestamp.is_some() {
+        if !ours {
+            return Ok(Action::await_change());
         }
-    })
+        let action = cleanup(&tenant, &ctx).await?;
+        let rest: Vec<&String> = finalizers.iter().filter(|f| *f != FINALIZER).collect();
+        set_finalizers(&api, &tenant, json!(rest)).await?;
+        return Ok(action);
+    }
+    if !ours {
+        // A merge patch carrying the resourceVersion: applied only to the Tenant as read.
+        let mut all: Vec<&str> = finalizers.iter().map(String::as_str).collect();
+        all.push(FINALIZER);
+        set_finalizers(&api, &tenant, json!(all)).await?;
+    }
+    apply(&tenant, &ctx).await
+}
+
+async fn set_finalizers(
+    api: &Api<Tenant>,
+    tenant: &Tenant,
+    finalizers: serde_json::Value,
+) -> anyhow::Result<()> {
+    api.patch(
+        tenant.name(),
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(json!({"metadata": {
+            "finalizers": finalizers,
+            "resourceVersion": tenant.resource_version(),
+        }})),
+    )
     .await
-    .map_err(|e| Error::Reconcile(anyhow::anyhow!("{e}")))
+    .with_context(|| format!("updating the finalizers of Tenant {}", tenant.name()))?;
+    Ok(())
 }
 
 async fn apply(tenant: &Tenant, ctx: &Context) -> Result<Action, Error> {
@@ -209,7 +235,11 @@ async fn apply(tenant: &Tenant, ctx: &Context) -> Result<Action, Error> {
             let compiled = CompiledPolicy::compile(&policy)
                 .with_context(|| format!("SyncPolicy {p} does not compile"))?;
             let text = serde_json::to_string(&policy).context("serializing the SyncPolicy")?;
-            (Some(text), policy.resource_version().unwrap_or_default(), compiled)
+            (
+                Some(text),
+                policy.resource_version().unwrap_or_default(),
+                compiled,
+            )
         }
         None => (None, String::new(), CompiledPolicy::builtin_default()),
     };
@@ -323,7 +353,10 @@ async fn apply_isolation(
         );
         return Ok(());
     };
-    let profile = match Api::<IsolationProfile>::all(host.clone()).get_opt(profile_name).await? {
+    let profile = match Api::<IsolationProfile>::all(host.clone())
+        .get_opt(profile_name)
+        .await?
+    {
         Some(p) => p,
         None => {
             ledger.set_condition(
@@ -340,12 +373,7 @@ async fn apply_isolation(
     let compiled = match ctx.isolation.compile(tenant, &profile, &previous).await {
         Ok(c) => c,
         Err(e) => {
-            ledger.set_condition(
-                conditions::ISOLATION_APPLIED,
-                false,
-                "CompileFailed",
-                &e,
-            );
+            ledger.set_condition(conditions::ISOLATION_APPLIED, false, "CompileFailed", &e);
             anyhow::bail!("compiling IsolationProfile {profile_name}: {e}");
         }
     };
@@ -414,7 +442,12 @@ async fn cleanup(tenant: &Tenant, ctx: &Context) -> Result<Action, Error> {
         flusher.abort();
     }
     let host = &ctx.shared.host;
-    let selector = format!("{}=true,{}={}", provenance::MANAGED, provenance::TENANT, name);
+    let selector = format!(
+        "{}=true,{}={}",
+        provenance::MANAGED,
+        provenance::TENANT,
+        name
+    );
     let discovery = Discovery::new(host.clone())
         .run()
         .await
@@ -435,7 +468,10 @@ async fn cleanup(tenant: &Tenant, ctx: &Context) -> Result<Action, Error> {
                 // Cluster-scoped objects (admission policies) labelled for this tenant.
                 Scope::Cluster => Api::all_with(host.clone(), &ar),
             };
-            let list = match api.list_metadata(&ListParams::default().labels(&selector)).await {
+            let list = match api
+                .list_metadata(&ListParams::default().labels(&selector))
+                .await
+            {
                 Ok(l) => l,
                 Err(e) => {
                     tracing::debug!(kind = %ar.kind, error = %e, "cleanup list");
@@ -456,7 +492,10 @@ async fn cleanup(tenant: &Tenant, ctx: &Context) -> Result<Action, Error> {
         }
     }
     let namespaces: Api<Namespace> = Api::all(host.clone());
-    if let Some(ns) = namespaces.get_opt(&host_ns).await.context("reading the host namespace")?
+    if let Some(ns) = namespaces
+        .get_opt(&host_ns)
+        .await
+        .context("reading the host namespace")?
         && ns.annotations().get(CREATED_ANNOTATION).map(String::as_str)
             == Some(crate::record::COMPONENT)
         && ns.labels().get(provenance::TENANT) == Some(&name)

@@ -6,10 +6,10 @@ use std::collections::HashMap;
 
 use anyhow::Context as _;
 use futures::future::BoxFuture;
+use kube::Client;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use kube::discovery::{self, Scope};
-use kube::Client;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tenantplane_api::{IsolationProfile, Tenant};
@@ -96,7 +96,12 @@ impl IsolationService for InProcessIsolation {
 
 /// The ref of a compiled object.
 pub fn ref_of(object: &Value) -> Option<IsolationRef> {
-    let s = |p: &str| object.pointer(p).and_then(Value::as_str).map(str::to_string);
+    let s = |p: &str| {
+        object
+            .pointer(p)
+            .and_then(Value::as_str)
+            .map(str::to_string)
+    };
     Some(IsolationRef {
         api_version: s("/apiVersion")?,
         kind: s("/kind")?,

@@ -94,11 +94,14 @@ impl Config {
 pub async fn host_client(kubeconfig: Option<&str>) -> anyhow::Result<kube::Client> {
     match kubeconfig {
         Some(yaml) => {
-            let kc = kube::config::Kubeconfig::from_yaml(yaml).context("parsing the host kubeconfig")?;
-            let config =
-                kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
-                    .await
-                    .context("loading the host kubeconfig")?;
+            let kc =
+                kube::config::Kubeconfig::from_yaml(yaml).context("parsing the host kubeconfig")?;
+            let config = kube::Config::from_custom_kubeconfig(
+                kc,
+                &kube::config::KubeConfigOptions::default(),
+            )
+            .await
+            .context("loading the host kubeconfig")?;
             Ok(kube::Client::try_from(config)?)
         }
         None => Ok(kube::Client::try_default()

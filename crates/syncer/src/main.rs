@@ -19,13 +19,21 @@ struct Args {
     #[arg(long, env = "TENANTPLANE_PLANNER", default_value = "in-process")]
     planner: String,
     /// Isolation compiler: `in-process` or the isolation-compiler service's URL.
-    #[arg(long, env = "TENANTPLANE_ISOLATION_COMPILER", default_value = "in-process")]
+    #[arg(
+        long,
+        env = "TENANTPLANE_ISOLATION_COMPILER",
+        default_value = "in-process"
+    )]
     isolation_compiler: String,
     /// Batches of objects in flight across all tenants.
     #[arg(long, env = "TENANTPLANE_SYNCER_CONCURRENCY", default_value_t = 16)]
     concurrency: usize,
     /// Workers per tenant (bounds what one noisy tenant can take).
-    #[arg(long, env = "TENANTPLANE_SYNCER_WORKERS_PER_TENANT", default_value_t = 4)]
+    #[arg(
+        long,
+        env = "TENANTPLANE_SYNCER_WORKERS_PER_TENANT",
+        default_value_t = 4
+    )]
     workers_per_tenant: usize,
     /// Objects per planner call.
     #[arg(long, env = "TENANTPLANE_SYNCER_BATCH", default_value_t = 64)]
@@ -43,7 +51,11 @@ struct Args {
     #[arg(long, env = "TENANTPLANE_SYNCER_RESYNC_SECONDS", default_value_t = 300)]
     resync_seconds: u64,
     /// Admin server address (/live, /ready).
-    #[arg(long, env = "TENANTPLANE_SYNCER_ADMIN_ADDR", default_value = "0.0.0.0:9440")]
+    #[arg(
+        long,
+        env = "TENANTPLANE_SYNCER_ADMIN_ADDR",
+        default_value = "0.0.0.0:9440"
+    )]
     admin_addr: SocketAddr,
 }
 
@@ -66,9 +78,9 @@ async fn main() -> anyhow::Result<()> {
     };
     let mut config = Config::new(planner, isolation);
     config.host_kubeconfig = match &args.host_kubeconfig {
-        Some(p) => Some(
-            std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?,
-        ),
+        Some(p) => {
+            Some(std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?)
+        }
         None => None,
     };
     config.concurrency = args.concurrency;

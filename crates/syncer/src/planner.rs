@@ -105,7 +105,8 @@ impl PlanService for InProcessPlanner {
 /// planner that is down answers `Unavailable`, and the decisions wait (Deferred) until it is back.
 #[derive(Debug, Clone)]
 pub struct GrpcPlanner {
-    client: tenantplane_proto::planner::v1::planner_client::PlannerClient<tonic::transport::Channel>,
+    client:
+        tenantplane_proto::planner::v1::planner_client::PlannerClient<tonic::transport::Channel>,
 }
 
 /// Connects (lazily) to the planner service at `url` (e.g. `http://127.0.0.1:50051`).

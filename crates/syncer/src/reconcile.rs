@@ -67,7 +67,8 @@ fn uid_of(v: &Value) -> Option<String> {
 }
 
 fn resource_version_of(v: &Value) -> Option<&str> {
-    v.pointer("/metadata/resourceVersion").and_then(Value::as_str)
+    v.pointer("/metadata/resourceVersion")
+        .and_then(Value::as_str)
 }
 
 /// Reconciles a present tenant object. `plan` is the planner's answer; the collision check is
@@ -82,8 +83,12 @@ pub fn reconcile_present(
     let mut plan = plan.clone();
     let meta = host.and_then(host_meta);
     let ours = matches!(
-        meta.as_ref()
-            .map(|m| collision::check(&tenant.tenant, &object.identity, &plan.placement, Some(m))),
+        meta.as_ref().map(|m| collision::check(
+            &tenant.tenant,
+            &object.identity,
+            &plan.placement,
+            Some(m)
+        )),
         Some(Collision::UpdateOwn)
     );
     let mut desired: Option<HostDesired> = None;
@@ -414,7 +419,13 @@ mod tests {
         assert_eq!(again.write, None);
 
         let changed = cm("b");
-        let upd = reconcile_present(&tenant(), &changed, &p.plan(&changed, None), Some(&host), stamp());
+        let upd = reconcile_present(
+            &tenant(),
+            &changed,
+            &p.plan(&changed, None),
+            Some(&host),
+            stamp(),
+        );
         assert_eq!(upd.decision.outcome, Outcome::Synced);
         let Some(HostWrite::Apply(applied)) = &upd.write else {
             panic!("{:?}", upd.write)
@@ -498,10 +509,16 @@ mod tests {
         );
         let mut other = o.identity.clone();
         other.namespace = "other".into();
-        assert_eq!(reconcile_absent(&tenant(), &other, Some(&host), stamp()), None);
+        assert_eq!(
+            reconcile_absent(&tenant(), &other, Some(&host), stamp()),
+            None
+        );
         let foreign = json!({"apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": "cfg-x-web", "namespace": "tenant-acme"}});
-        assert_eq!(reconcile_absent(&tenant(), &o.identity, Some(&foreign), stamp()), None);
+        assert_eq!(
+            reconcile_absent(&tenant(), &o.identity, Some(&foreign), stamp()),
+            None
+        );
     }
 
     #[test]
@@ -516,7 +533,10 @@ mod tests {
         host["status"] = json!({"phase": "Running", "podIP": "10.0.0.9"});
         let step = reconcile_present(&tenant(), &o, &p.plan(&o, None), Some(&host), stamp());
         assert_eq!(step.write, None);
-        assert_eq!(step.status_up, Some(json!({"phase": "Running", "podIP": "10.0.0.9"})));
+        assert_eq!(
+            step.status_up,
+            Some(json!({"phase": "Running", "podIP": "10.0.0.9"}))
+        );
     }
 
     #[test]
@@ -531,6 +551,9 @@ mod tests {
             panic!()
         };
         assert_eq!(v["metadata"]["labels"]["tenantplane.io/tenant"], "acme");
-        assert_eq!(step.decision.stripped_keys, vec!["label tenantplane.io/tenant"]);
+        assert_eq!(
+            step.decision.stripped_keys,
+            vec!["label tenantplane.io/tenant"]
+        );
     }
 }

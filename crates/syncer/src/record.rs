@@ -115,7 +115,8 @@ impl TenantLedger {
     /// The Tenant's generation and host namespace the status describes.
     pub fn observe(&self, generation: Option<i64>, host_namespace: &str) {
         let mut s = self.lock();
-        if s.observed_generation != generation || s.host_namespace.as_deref() != Some(host_namespace)
+        if s.observed_generation != generation
+            || s.host_namespace.as_deref() != Some(host_namespace)
         {
             s.observed_generation = generation;
             s.host_namespace = Some(host_namespace.to_string());
@@ -126,18 +127,26 @@ impl TenantLedger {
     /// Whether a decision about `key` carries information worth a record.
     pub fn worth_recording(&self, key: &str, d: &Decision, content: &str, writes: bool) -> bool {
         let s = self.lock();
-        writes
-            || s.last_recorded.get(key)
-                != Some(&(d.outcome, d.reason.clone(), content.to_string()))
+        if writes {
+            return true;
+        }
+        let last = s.last_recorded.get(key);
+        if d.outcome == Outcome::Unchanged {
+            // Unchanged after our own write (or an earlier Unchanged) of the same content says
+            // nothing new: only a content change that led to no write is worth a record.
+            return last.is_none_or(|(_, _, c)| c != content);
+        }
+        last != Some(&(d.outcome, d.reason.clone(), content.to_string()))
     }
 
     /// Remembers what was last recorded for `key` without recording (the first sight of an
     /// object already in place after a restart: its host object names the decision that put it
     /// there).
     pub fn remember(&self, key: &str, d: &Decision, content: &str) {
-        self.lock()
-            .last_recorded
-            .insert(key.to_string(), (d.outcome, d.reason.clone(), content.to_string()));
+        self.lock().last_recorded.insert(
+            key.to_string(),
+            (d.outcome, d.reason.clone(), content.to_string()),
+        );
     }
 
     /// Whether this process has decided about `key` before.
@@ -175,7 +184,10 @@ impl TenantLedger {
         s.last = Some(DecisionSummary {
             id: d.id.clone(),
             outcome: d.outcome.to_string(),
-            subject: format!("{}/{}/{}", d.subject.kind, d.subject.namespace, d.subject.name),
+            subject: format!(
+                "{}/{}/{}",
+                d.subject.kind, d.subject.namespace, d.subject.name
+            ),
             time: Time(d.time),
         });
         if matches!(d.outcome, Outcome::Deferred | Outcome::Failed) {
@@ -214,7 +226,11 @@ impl TenantLedger {
             &mut s.conditions,
             conditions::SYNCED,
             synced,
-            if synced { "AllDecided" } else { "DecisionsPending" },
+            if synced {
+                "AllDecided"
+            } else {
+                "DecisionsPending"
+            },
             &if synced {
                 "every tenant object has a current decision".to_string()
             } else {
@@ -225,7 +241,11 @@ impl TenantLedger {
         );
         let ready = ["ControlPlaneReachable", "IsolationApplied", "Synced"]
             .iter()
-            .all(|t| s.conditions.iter().any(|c| c.type_ == *t && c.status == "True"));
+            .all(|t| {
+                s.conditions
+                    .iter()
+                    .any(|c| c.type_ == *t && c.status == "True")
+            });
         conditions::set_condition(
             &mut s.conditions,
             conditions::READY,
@@ -380,7 +400,11 @@ pub async fn flush_loop(
     let api: kube::Api<tenantplane_api::Tenant> = kube::Api::all(host.clone());
     let recorder = Recorder::new(host, reporter());
     let reference = ObjectReference {
-        api_version: Some(format!("{}/{}", tenantplane_api::GROUP, tenantplane_api::VERSION)),
+        api_version: Some(format!(
+            "{}/{}",
+            tenantplane_api::GROUP,
+            tenantplane_api::VERSION
+        )),
         kind: Some("Tenant".into()),
         name: Some(tenant_name.clone()),
         uid: tenant_uid,
@@ -416,7 +440,12 @@ pub async fn flush_loop(
 
 /// A reference to a tenant object, for its Events.
 pub fn reference_of(object: &serde_json::Value) -> ObjectReference {
-    let s = |p: &str| object.pointer(p).and_then(|v| v.as_str()).map(str::to_string);
+    let s = |p: &str| {
+        object
+            .pointer(p)
+            .and_then(|v| v.as_str())
+            .map(str::to_string)
+    };
     ObjectReference {
         api_version: s("/apiVersion"),
         kind: s("/kind"),
@@ -474,6 +503,11 @@ mod tests {
         assert!(!ledger.worth_recording("k", &d, "c1", false));
         assert!(ledger.worth_recording("k", &d, "c2", false));
         assert!(ledger.worth_recording("k", &d, "c1", true));
+        let synced = decision(Outcome::Synced, "WorkloadKind");
+        ledger.tally("k", &synced, "c3");
+        let unchanged = decision(Outcome::Unchanged, "HostObjectUpToDate");
+        assert!(!ledger.worth_recording("k", &unchanged, "c3", false));
+        assert!(ledger.worth_recording("k", &unchanged, "c4", false));
     }
 
     #[test]

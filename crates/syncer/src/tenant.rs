@@ -162,13 +162,18 @@ pub async fn resolve_kinds(
             {
                 continue;
             }
-            let exact = wanted
-                .iter()
-                .any(|(g, k)| g == &ar.group && k == &ar.kind);
+            let exact = wanted.iter().any(|(g, k)| g == &ar.group && k == &ar.kind);
             let wildcard = wanted.iter().any(|(g, k)| {
-                (g == "*" || g == &ar.group) && (k == "*" || k == &ar.kind) && !(g == &ar.group && k == &ar.kind)
-            }) && !WILDCARD_EXCLUDED.contains(&(ar.group.as_str(), ar.kind.as_str()));
-            if (exact || wildcard) && !out.iter().any(|(a, _)| a.group == ar.group && a.kind == ar.kind) {
+                (g == "*" || g == &ar.group)
+                    && (k == "*" || k == &ar.kind)
+                    && !(g == &ar.group && k == &ar.kind)
+            }) && !WILDCARD_EXCLUDED
+                .contains(&(ar.group.as_str(), ar.kind.as_str()));
+            if (exact || wildcard)
+                && !out
+                    .iter()
+                    .any(|(a, _)| a.group == ar.group && a.kind == ar.kind)
+            {
                 out.push((ar, caps));
             }
         }
@@ -249,7 +254,9 @@ pub async fn start(
                         namespace: obj.namespace().unwrap_or_default(),
                         name: obj.name_any(),
                     }),
-                    Err(e) => tracing::warn!(tenant = %w.placement.tenant, error = %e, "tenant watch"),
+                    Err(e) => {
+                        tracing::warn!(tenant = %w.placement.tenant, error = %e, "tenant watch")
+                    }
                 }
             }
         }));
@@ -267,7 +274,9 @@ pub async fn start(
                             w.queue.push(key);
                         }
                     }
-                    Err(e) => tracing::warn!(tenant = %w.placement.tenant, error = %e, "host watch"),
+                    Err(e) => {
+                        tracing::warn!(tenant = %w.placement.tenant, error = %e, "host watch")
+                    }
                 }
             }
         }));
@@ -433,7 +442,11 @@ impl Worker {
         let plans = match plans {
             Ok(p) if p.len() == present.len() => p,
             Ok(p) => {
-                tracing::error!(asked = present.len(), got = p.len(), "planner answered a different number of plans");
+                tracing::error!(
+                    asked = present.len(),
+                    got = p.len(),
+                    "planner answered a different number of plans"
+                );
                 for (key, _) in &present {
                     self.backoff(key);
                 }
@@ -450,7 +463,11 @@ impl Worker {
                     );
                     let k = self.key_string(key);
                     let content = reconcile::observed_digest(&o.object);
-                    if self.recorder.ledger().worth_recording(&k, &d, &content, false) {
+                    if self
+                        .recorder
+                        .ledger()
+                        .worth_recording(&k, &d, &content, false)
+                    {
                         let _ = self
                             .recorder
                             .record(&k, &d, &content, Some(reference_of(&o.object)))
@@ -469,7 +486,12 @@ impl Worker {
             .await;
     }
 
-    async fn reconcile_present(&self, key: &Key, object: &TenantObject, plan: &tenantplane_core::Plan) {
+    async fn reconcile_present(
+        &self,
+        key: &Key,
+        object: &TenantObject,
+        plan: &tenantplane_core::Plan,
+    ) {
         let kind = &self.kinds[key.kind];
         let cached = self.host_cached(key.kind, &plan.placement.name);
         let mut step = reconcile::reconcile_present(
@@ -490,8 +512,12 @@ impl Worker {
                     return;
                 }
             };
-            if live.as_ref().map(|v| v.pointer("/metadata/resourceVersion"))
-                != cached.as_ref().map(|v| v.pointer("/metadata/resourceVersion"))
+            if live
+                .as_ref()
+                .map(|v| v.pointer("/metadata/resourceVersion"))
+                != cached
+                    .as_ref()
+                    .map(|v| v.pointer("/metadata/resourceVersion"))
             {
                 step = reconcile::reconcile_present(
                     &self.placement,
@@ -512,19 +538,28 @@ impl Worker {
         } else if ledger.worth_recording(&k, &step.decision, &content, step.writes())
             && let Err(e) = self
                 .recorder
-                .record(&k, &step.decision, &content, Some(reference_of(&object.object)))
+                .record(
+                    &k,
+                    &step.decision,
+                    &content,
+                    Some(reference_of(&object.object)),
+                )
                 .await
         {
             tracing::warn!(error = %e, "decision not recorded; nothing written, retrying");
             self.backoff(key);
             return;
         }
-        if !self.write(key, &k, &step, &content, Some(&object.object)).await {
+        if !self
+            .write(key, &k, &step, &content, Some(&object.object))
+            .await
+        {
             return;
         }
         if step.decision.outcome == Outcome::Deleted {
             // An older incarnation's host object went; the current object is placed next.
-            self.queue.push_after(key.clone(), self.shared.tuning.backoff_base);
+            self.queue
+                .push_after(key.clone(), self.shared.tuning.backoff_base);
         }
         if let Some(status) = step.status_up
             && kind.has_status
@@ -586,7 +621,11 @@ impl Worker {
             HostWrite::Apply(object) => {
                 let name = object["metadata"]["name"].as_str().unwrap_or_default();
                 kind.host_api
-                    .patch(name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(object))
+                    .patch(
+                        name,
+                        &PatchParams::apply(FIELD_MANAGER).force(),
+                        &Patch::Apply(object),
+                    )
                     .await
                     .map(|_| ())
             }
@@ -612,7 +651,8 @@ impl Worker {
                 false
             }
             Err(e) => {
-                let failed = reconcile::failed(&step.decision, &e.to_string(), Stamp::now(COMPONENT));
+                let failed =
+                    reconcile::failed(&step.decision, &e.to_string(), Stamp::now(COMPONENT));
                 let _ = self
                     .recorder
                     .record(k, &failed, content, tenant_object.map(reference_of))
@@ -646,9 +686,12 @@ impl Worker {
             self.succeeded(key);
             return;
         };
-        let Some(step) =
-            reconcile::reconcile_absent(&self.placement, &source, Some(&cached), Stamp::now(COMPONENT))
-        else {
+        let Some(step) = reconcile::reconcile_absent(
+            &self.placement,
+            &source,
+            Some(&cached),
+            Stamp::now(COMPONENT),
+        ) else {
             self.recorder.ledger().forget(&k);
             self.succeeded(key);
             return;

@@ -1,0 +1,271 @@
+//! `tenantplane-sync-bench`: N ConfigMaps across M tenants synced end to end, beside the raw
+//! write rate of a plain client to the same host API server, measured in the same run.
+//!
+//! The host and the tenant control planes are local API servers in this process, the planner
+//! service runs on loopback in this process, and the syncer is the `tenantplane-syncer` binary
+//! as a child process (so that its RSS is its own). Build both first:
+//!
+//! ```text
+//! cargo build --release -p tenantplane-syncer -p tenantplane-e2e
+//! target/release/tenantplane-sync-bench --objects 10000 --tenants 10
+//! ```
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use clap::Parser;
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::Api;
+use kube::api::PostParams;
+use kube::runtime::{WatchStreamExt, watcher};
+use serde_json::json;
+use tenantplane_e2e::{SYSTEM_NAMESPACE, create, ensure_namespace, install_crds};
+use tenantplane_local_apiserver::LocalApiServer;
+
+#[derive(Debug, Parser)]
+struct Args {
+    /// Objects to sync, spread evenly over the tenants.
+    #[arg(long, default_value_t = 2000)]
+    objects: usize,
+    /// Tenants (each with its own control plane).
+    #[arg(long, default_value_t = 4)]
+    tenants: usize,
+    /// Concurrent creates of the load generator (raw and synced runs alike).
+    #[arg(long, default_value_t = 16)]
+    clients: usize,
+    /// The syncer binary (default: next to this one).
+    #[arg(long)]
+    syncer: Option<PathBuf>,
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i]
+}
+
+fn rss_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
+fn cm(ns: &str, name: &str) -> ConfigMap {
+    serde_json::from_value(json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": ns, "labels": {"app": "bench"}},
+        "data": {"key": "value", "name": name}}))
+    .expect("a valid ConfigMap")
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let host = LocalApiServer::builder().start().await?;
+    let host_client = host.client().await?;
+    install_crds(&host_client).await?;
+    ensure_namespace(&host_client, SYSTEM_NAMESPACE).await?;
+
+    // 1. Raw write rate of a plain client to the host API server.
+    ensure_namespace(&host_client, "raw").await?;
+    let raw_api: Api<ConfigMap> = Api::namespaced(host_client.clone(), "raw");
+    let start = Instant::now();
+    futures::stream::iter(0..args.objects)
+        .map(|i| {
+            let api = raw_api.clone();
+            async move {
+                api.create(&PostParams::default(), &cm("raw", &format!("raw-{i}")))
+                    .await
+            }
+        })
+        .buffer_unordered(args.clients)
+        .try_collect::<Vec<_>>()
+        .await?;
+    let raw_secs = start.elapsed().as_secs_f64();
+    let raw_rate = args.objects as f64 / raw_secs;
+
+    // 2. The system: planner on loopback, tenants, the syncer as a child process.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let planner_addr = listener.local_addr()?;
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(tenantplane_grpc::PlannerService::new().into_server())
+            .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
+    );
+    let mut tenant_servers = Vec::new();
+    let mut tenant_clients = Vec::new();
+    for t in 0..args.tenants {
+        let server = LocalApiServer::builder().start().await?;
+        let client = server.client().await?;
+        ensure_namespace(&client, "bench").await?;
+        let name = format!("bench{t}");
+        create(
+            &host_client,
+            json!({"apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": name, "namespace": SYSTEM_NAMESPACE},
+            "stringData": {"config": server.kubeconfig("tenant")}}),
+        )
+        .await?;
+        create(&host_client, json!({"apiVersion": "tenantplane.io/v1alpha1", "kind": "Tenant",
+            "metadata": {"name": name},
+            "spec": {"controlPlane": {"kubeconfigSecret": {"namespace": SYSTEM_NAMESPACE, "name": name, "key": "config"}}}}))
+            .await?;
+        tenant_servers.push(server);
+        tenant_clients.push(client);
+    }
+    let dir = std::env::temp_dir().join(format!("tenantplane-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let host_kubeconfig = dir.join("host.kubeconfig");
+    host.write_kubeconfig(&host_kubeconfig, "host")?;
+    let syncer_bin = match args.syncer {
+        Some(p) => p,
+        None => std::env::current_exe()?
+            .parent()
+            .context("no parent directory")?
+            .join("tenantplane-syncer"),
+    };
+    let mut syncer = tokio::process::Command::new(&syncer_bin)
+        .arg("--host-kubeconfig")
+        .arg(&host_kubeconfig)
+        .arg("--planner")
+        .arg(format!("http://{planner_addr}"))
+        .arg("--admin-addr")
+        .arg("127.0.0.1:0")
+        .env("RUST_LOG", "warn")
+        .kill_on_drop(true)
+        .spawn()
+        .with_context(|| format!("starting {} (build it first)", syncer_bin.display()))?;
+    let pid = syncer.id().context("syncer pid")?;
+
+    // Host arrivals, by host name.
+    let arrivals: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
+    {
+        let arrivals = arrivals.clone();
+        let api: Api<ConfigMap> = Api::all(host_client.clone());
+        tokio::spawn(async move {
+            let mut stream = watcher(
+                api,
+                watcher::Config::default().labels("tenantplane.io/managed=true"),
+            )
+            .touched_objects()
+            .boxed();
+            while let Some(Ok(o)) = stream.next().await {
+                let name = o.metadata.name.unwrap_or_default();
+                arrivals
+                    .lock()
+                    .expect("lock")
+                    .entry(name)
+                    .or_insert_with(Instant::now);
+            }
+        });
+    }
+    // Wait until every tenant's host namespace exists (the tenants are served).
+    for t in 0..args.tenants {
+        let ns_api: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(host_client.clone());
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while ns_api.get_opt(&format!("tenant-bench{t}")).await?.is_none() {
+            anyhow::ensure!(
+                Instant::now() < deadline,
+                "tenant bench{t} was never served"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    let rss_peak = Arc::new(Mutex::new(0u64));
+    {
+        let rss_peak = rss_peak.clone();
+        tokio::spawn(async move {
+            loop {
+                if let Some(r) = rss_kib(pid) {
+                    let mut p = rss_peak.lock().expect("lock");
+                    *p = (*p).max(r);
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        });
+    }
+    let created: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
+    let start = Instant::now();
+    futures::stream::iter(0..args.objects)
+        .map(|i| {
+            let client = tenant_clients[i % args.tenants].clone();
+            let created = created.clone();
+            async move {
+                let name = format!("o{i}");
+                let api: Api<ConfigMap> = Api::namespaced(client, "bench");
+                let at = Instant::now();
+                api.create(&PostParams::default(), &cm("bench", &name))
+                    .await?;
+                created
+                    .lock()
+                    .expect("lock")
+                    .insert(format!("{name}-x-bench"), at);
+                Ok::<_, kube::Error>(())
+            }
+        })
+        .buffer_unordered(args.clients)
+        .try_collect::<Vec<_>>()
+        .await?;
+    let create_secs = start.elapsed().as_secs_f64();
+    let deadline = Instant::now() + Duration::from_secs(600);
+    loop {
+        let n = arrivals.lock().expect("lock").len();
+        if n >= args.objects {
+            break;
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "only {n} of {} objects arrived",
+            args.objects
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let arrivals = arrivals.lock().expect("lock").clone();
+    let created = created.lock().expect("lock").clone();
+    let last = arrivals.values().max().copied().unwrap_or(start);
+    let sync_secs = (last - start).as_secs_f64();
+    let mut latencies: Vec<Duration> = created
+        .iter()
+        .filter_map(|(name, at)| arrivals.get(name).map(|a| a.saturating_duration_since(*at)))
+        .collect();
+    latencies.sort();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let rss_now = rss_kib(pid).unwrap_or(0);
+    let rss_peak = *rss_peak.lock().expect("lock");
+    let sync_rate = args.objects as f64 / sync_secs;
+    println!(
+        "objects: {}  tenants: {}  clients: {}",
+        args.objects, args.tenants, args.clients
+    );
+    println!("raw host writes:   {raw_rate:8.0} objects/s ({raw_secs:.2} s)");
+    println!(
+        "synced end to end: {sync_rate:8.0} objects/s ({sync_secs:.2} s; tenant creates took {create_secs:.2} s)"
+    );
+    println!("ratio synced/raw:  {:8.2}", sync_rate / raw_rate);
+    println!(
+        "latency tenant create -> host present: p50 {:?}  p99 {:?}  max {:?}",
+        percentile(&latencies, 0.5),
+        percentile(&latencies, 0.99),
+        latencies.last().copied().unwrap_or_default()
+    );
+    println!(
+        "syncer RSS: {:.1} MiB now, {:.1} MiB peak",
+        rss_now as f64 / 1024.0,
+        rss_peak as f64 / 1024.0
+    );
+    syncer.kill().await.ok();
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}

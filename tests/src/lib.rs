@@ -1,0 +1,516 @@
+//! The end-to-end harness: a host API server and a tenant control plane (local servers, or real
+//! clusters named by kubeconfigs in the environment), the planner and isolation-compiler gRPC
+//! services on loopback, and the syncer, all started in this process so that a test can stop
+//! and restart any of them.
+//!
+//! Environment:
+//! - `TENANTPLANE_E2E_HOST_KUBECONFIG`: kubeconfig file of a real host cluster (default: a local
+//!   server per test). The tenantplane CRDs are installed when missing.
+//! - `TENANTPLANE_E2E_TENANT_KUBECONFIG`: kubeconfig file of a real tenant control plane
+//!   (default: a local server per test). Tests create uniquely named namespaces and tenants, so
+//!   several runs can share clusters.
+//! - `TENANTPLANE_E2E_TIMEOUT_SECS`: how long a test waits for convergence (default 30).
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Namespace, Secret};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::Client;
+use kube::api::{Api, DynamicObject, PostParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use serde_json::{Value, json};
+use tenantplane_local_apiserver::LocalApiServer;
+use tenantplane_syncer::{Config, isolation, planner};
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+/// Kubeconfig file of a real host cluster.
+pub const HOST_KUBECONFIG: &str = "TENANTPLANE_E2E_HOST_KUBECONFIG";
+/// Kubeconfig file of a real tenant control plane.
+pub const TENANT_KUBECONFIG: &str = "TENANTPLANE_E2E_TENANT_KUBECONFIG";
+/// Namespace of the kubeconfig Secrets in the host.
+pub const SYSTEM_NAMESPACE: &str = "tenantplane-system";
+
+/// One Kubernetes API: a local server or a real cluster.
+pub struct Cluster {
+    /// A client for it.
+    pub client: Client,
+    /// Its kubeconfig (YAML).
+    pub kubeconfig: String,
+    /// The local server, when local.
+    pub server: Option<LocalApiServer>,
+}
+
+impl std::fmt::Debug for Cluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cluster")
+            .field("server", &self.server)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Cluster {
+    /// The cluster of `env_var`'s kubeconfig, or a fresh local server.
+    pub async fn start(env_var: &str) -> anyhow::Result<Cluster> {
+        if let Ok(path) = std::env::var(env_var) {
+            let kubeconfig = std::fs::read_to_string(&path)?;
+            let client = tenantplane_syncer::host_client(Some(&kubeconfig)).await?;
+            return Ok(Cluster {
+                client,
+                kubeconfig,
+                server: None,
+            });
+        }
+        let server = LocalApiServer::builder().port(0).start().await?;
+        Ok(Cluster {
+            client: server.client().await?,
+            kubeconfig: server.kubeconfig("local"),
+            server: Some(server),
+        })
+    }
+
+    /// Whether this is a real cluster.
+    pub fn is_real(&self) -> bool {
+        self.server.is_none()
+    }
+}
+
+/// A gRPC service on loopback that can be stopped and started again on the same port.
+#[derive(Debug)]
+pub struct Service {
+    /// The address it serves on.
+    pub addr: SocketAddr,
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<JoinHandle<()>>,
+    kind: ServiceKind,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum ServiceKind {
+    Planner,
+    Isolation,
+}
+
+impl Service {
+    async fn start(kind: ServiceKind, addr: SocketAddr) -> anyhow::Result<Service> {
+        let listener = tokio::net::TcpListener::bind(addr).await?;
+        let addr = listener.local_addr()?;
+        let (tx, rx) = oneshot::channel::<()>();
+        let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+        let router = tonic::transport::Server::builder();
+        let task = match kind {
+            ServiceKind::Planner => {
+                let mut router = router;
+                let svc = tenantplane_grpc::PlannerService::new().into_server();
+                tokio::spawn(async move {
+                    let _ = router
+                        .add_service(svc)
+                        .serve_with_incoming_shutdown(incoming, async {
+                            let _ = rx.await;
+                        })
+                        .await;
+                })
+            }
+            ServiceKind::Isolation => {
+                let mut router = router;
+                let svc = tenantplane_grpc::IsolationService::new(
+                    tenantplane_isolation::CompileOptions::default(),
+                )
+                .into_server();
+                tokio::spawn(async move {
+                    let _ = router
+                        .add_service(svc)
+                        .serve_with_incoming_shutdown(incoming, async {
+                            let _ = rx.await;
+                        })
+                        .await;
+                })
+            }
+        };
+        Ok(Service {
+            addr,
+            stop: Some(tx),
+            task: Some(task),
+            kind,
+        })
+    }
+
+    /// `http://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Stops serving (connections close).
+    pub async fn stop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(task) = self.task.take() {
+            task.abort();
+            let _ = task.await;
+        }
+    }
+
+    /// Serves again on the same port.
+    pub async fn restart(&mut self) -> anyhow::Result<()> {
+        self.stop().await;
+        let mut last = None;
+        for _ in 0..50 {
+            match Service::start(self.kind, self.addr).await {
+                Ok(s) => {
+                    *self = s;
+                    return Ok(());
+                }
+                Err(e) => {
+                    last = Some(e);
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+        }
+        Err(last.expect("at least one attempt"))
+    }
+}
+
+/// The whole system for one test.
+#[derive(Debug)]
+pub struct Env {
+    /// The host cluster.
+    pub host: Cluster,
+    /// The tenant control plane.
+    pub tenant_cp: Cluster,
+    /// The planner service.
+    pub planner: Service,
+    /// The isolation-compiler service.
+    pub isolation: Service,
+    syncer: Option<JoinHandle<anyhow::Result<()>>>,
+    /// Suffix making names unique to this run (shared real clusters).
+    pub run: String,
+}
+
+/// How long to wait for convergence.
+pub fn timeout() -> Duration {
+    Duration::from_secs(
+        std::env::var("TENANTPLANE_E2E_TIMEOUT_SECS")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(30),
+    )
+}
+
+/// Polls `f` until it returns `Some`, or panics after [`timeout`] naming `what`.
+pub async fn eventually<T, F, Fut>(what: &str, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + timeout();
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        if tokio::time::Instant::now() > deadline {
+            panic!("timed out waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Logs for a test run (`RUST_LOG`), once.
+pub fn init_logs() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
+        )
+        .with_test_writer()
+        .try_init();
+}
+
+impl Env {
+    /// Starts host, tenant control plane, services and the syncer.
+    pub async fn start() -> anyhow::Result<Env> {
+        init_logs();
+        let host = Cluster::start(HOST_KUBECONFIG).await?;
+        let tenant_cp = Cluster::start(TENANT_KUBECONFIG).await?;
+        install_crds(&host.client).await?;
+        ensure_namespace(&host.client, SYSTEM_NAMESPACE).await?;
+        let loopback: SocketAddr = "127.0.0.1:0".parse()?;
+        let planner = Service::start(ServiceKind::Planner, loopback).await?;
+        let isolation = Service::start(ServiceKind::Isolation, loopback).await?;
+        let id = uuid::Uuid::now_v7().simple().to_string();
+        let run = id[id.len() - 6..].to_string();
+        let mut env = Env {
+            host,
+            tenant_cp,
+            planner,
+            isolation,
+            syncer: None,
+            run,
+        };
+        env.start_syncer()?;
+        Ok(env)
+    }
+
+    /// The syncer's configuration in tests: the services on loopback, quick retries.
+    pub fn syncer_config(&self) -> anyhow::Result<Config> {
+        let mut config = Config::new(
+            planner::connect(&self.planner.url())?,
+            isolation::connect(&self.isolation.url())?,
+        );
+        config.host_kubeconfig = Some(self.host.kubeconfig.clone());
+        config.status_interval = Duration::from_millis(100);
+        config.tenant_resync = Duration::from_secs(30);
+        config.tuning.resync = Duration::from_secs(30);
+        config.tuning.backoff_base = Duration::from_millis(100);
+        config.tuning.backoff_max = Duration::from_secs(1);
+        Ok(config)
+    }
+
+    /// Starts the syncer (in this process).
+    pub fn start_syncer(&mut self) -> anyhow::Result<()> {
+        let config = self.syncer_config()?;
+        self.syncer = Some(tokio::spawn(tenantplane_syncer::run(config)));
+        Ok(())
+    }
+
+    /// Stops the syncer abruptly, as a crash would.
+    pub async fn stop_syncer(&mut self) {
+        if let Some(s) = self.syncer.take() {
+            s.abort();
+            let _ = s.await;
+        }
+    }
+
+    /// A unique name for this run.
+    pub fn name(&self, base: &str) -> String {
+        format!("{base}-{}", self.run)
+    }
+
+    /// Creates a Tenant served by the tenant control plane, with a profile when given; returns
+    /// its name. Waits until its host namespace exists.
+    pub async fn create_tenant(&self, base: &str, profile: Option<&str>) -> anyhow::Result<String> {
+        let name = self.name(base);
+        let secret: Secret = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": format!("{name}-kubeconfig"), "namespace": SYSTEM_NAMESPACE},
+            "stringData": {"config": self.tenant_cp.kubeconfig},
+        }))?;
+        Api::<Secret>::namespaced(self.host.client.clone(), SYSTEM_NAMESPACE)
+            .create(&PostParams::default(), &secret)
+            .await?;
+        let mut spec = json!({
+            "controlPlane": {"kubeconfigSecret": {
+                "namespace": SYSTEM_NAMESPACE, "name": format!("{name}-kubeconfig"), "key": "config"}},
+        });
+        if let Some(p) = profile {
+            spec["isolationProfileRef"] = json!(p);
+        }
+        create(
+            &self.host.client,
+            json!({"apiVersion": "tenantplane.io/v1alpha1", "kind": "Tenant",
+                   "metadata": {"name": name}, "spec": spec}),
+        )
+        .await?;
+        let host = self.host.client.clone();
+        let ns = format!("tenant-{name}");
+        eventually("the host namespace", || {
+            let host = host.clone();
+            let ns = ns.clone();
+            async move {
+                Api::<Namespace>::all(host)
+                    .get_opt(&ns)
+                    .await
+                    .ok()
+                    .flatten()
+            }
+        })
+        .await;
+        Ok(name)
+    }
+
+    /// Creates a namespace in the tenant control plane (unique per run) and returns its name.
+    pub async fn tenant_namespace(&self, base: &str) -> anyhow::Result<String> {
+        let name = self.name(base);
+        ensure_namespace(&self.tenant_cp.client, &name).await?;
+        Ok(name)
+    }
+
+    /// Whether either side is a real cluster (tests that fake a kubelet skip then).
+    pub fn is_real(&self) -> bool {
+        self.host.is_real() || self.tenant_cp.is_real()
+    }
+}
+
+/// Creates the namespace unless it exists.
+pub async fn ensure_namespace(client: &Client, name: &str) -> anyhow::Result<()> {
+    let api: Api<Namespace> = Api::all(client.clone());
+    if api.get_opt(name).await?.is_none() {
+        let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": name}}))?;
+        match api.create(&PostParams::default(), &ns).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 409 => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
+
+/// Installs the tenantplane CRDs unless present.
+pub async fn install_crds(client: &Client) -> anyhow::Result<()> {
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for crd in tenantplane_api::crds() {
+        match api.create(&PostParams::default(), &crd).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 409 => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
+
+/// The ApiResource of an apiVersion and kind (the regular English plural of the kind, as every
+/// kind the suite uses has).
+pub fn resource(api_version: &str, kind: &str) -> ApiResource {
+    let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+    let lower = kind.to_ascii_lowercase();
+    let plural = if kind == "Endpoints" {
+        lower
+    } else if let Some(stem) = lower.strip_suffix('y') {
+        format!("{stem}ies")
+    } else if lower.ends_with('s') {
+        format!("{lower}es")
+    } else {
+        format!("{lower}s")
+    };
+    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), &plural)
+}
+
+fn api_for(
+    client: &Client,
+    api_version: &str,
+    kind: &str,
+    namespace: Option<&str>,
+) -> Api<DynamicObject> {
+    let ar = resource(api_version, kind);
+    match namespace {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, &ar),
+        None => Api::all_with(client.clone(), &ar),
+    }
+}
+
+/// Creates an object given as JSON.
+pub async fn create(client: &Client, object: Value) -> anyhow::Result<Value> {
+    let api_version = object["apiVersion"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let kind = object["kind"].as_str().unwrap_or_default().to_string();
+    let ns = object
+        .pointer("/metadata/namespace")
+        .and_then(Value::as_str)
+        .map(str::to_string);
+    let obj: DynamicObject = serde_json::from_value(object)?;
+    let created = api_for(client, &api_version, &kind, ns.as_deref())
+        .create(&PostParams::default(), &obj)
+        .await?;
+    Ok(serde_json::to_value(created)?)
+}
+
+/// Reads an object, `None` when absent.
+pub async fn get(
+    client: &Client,
+    api_version: &str,
+    kind: &str,
+    namespace: Option<&str>,
+    name: &str,
+) -> Option<Value> {
+    api_for(client, api_version, kind, namespace)
+        .get_opt(name)
+        .await
+        .ok()
+        .flatten()
+        .map(|o| serde_json::to_value(o).expect("serializes"))
+}
+
+/// Merge-patches an object.
+pub async fn merge(
+    client: &Client,
+    api_version: &str,
+    kind: &str,
+    namespace: Option<&str>,
+    name: &str,
+    patch: Value,
+) -> anyhow::Result<Value> {
+    let o = api_for(client, api_version, kind, namespace)
+        .patch(
+            name,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(patch),
+        )
+        .await?;
+    Ok(serde_json::to_value(o)?)
+}
+
+/// Merge-patches an object's status.
+pub async fn merge_status(
+    client: &Client,
+    api_version: &str,
+    kind: &str,
+    namespace: Option<&str>,
+    name: &str,
+    patch: Value,
+) -> anyhow::Result<Value> {
+    let o = api_for(client, api_version, kind, namespace)
+        .patch_status(
+            name,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(patch),
+        )
+        .await?;
+    Ok(serde_json::to_value(o)?)
+}
+
+/// Deletes an object (absent is fine).
+pub async fn delete(
+    client: &Client,
+    api_version: &str,
+    kind: &str,
+    namespace: Option<&str>,
+    name: &str,
+) -> anyhow::Result<()> {
+    match api_for(client, api_version, kind, namespace)
+        .delete(name, &Default::default())
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Lists objects of a kind in a namespace (or everywhere).
+pub async fn list(
+    client: &Client,
+    api_version: &str,
+    kind: &str,
+    namespace: Option<&str>,
+) -> anyhow::Result<Vec<Value>> {
+    let l = api_for(client, api_version, kind, namespace)
+        .list(&Default::default())
+        .await?;
+    Ok(l.items
+        .into_iter()
+        .map(|o| serde_json::to_value(o).expect("serializes"))
+        .collect())
+}
+
+/// events.k8s.io Events in `namespace` regarding the object named `name`.
+pub async fn events_regarding(client: &Client, namespace: &str, name: &str) -> Vec<Value> {
+    list(client, "events.k8s.io/v1", "Event", Some(namespace))
+        .await
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|e| e.pointer("/regarding/name").and_then(Value::as_str) == Some(name))
+        .collect()
+}

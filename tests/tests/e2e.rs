@@ -1,0 +1,843 @@
+//! End-to-end scenarios: a tenant control plane, a host, the planner and isolation-compiler
+//! services and the syncer, asserting on host and tenant objects. Local API servers by default;
+//! real clusters with `TENANTPLANE_E2E_HOST_KUBECONFIG` and `TENANTPLANE_E2E_TENANT_KUBECONFIG`.
+
+use serde_json::{Value, json};
+use tenantplane_e2e::{
+    Env, create, delete, events_regarding, eventually, get, list, merge, merge_status,
+};
+
+const DECISION_ID: &str = "tenantplane.io/decision-id";
+
+fn annotation<'a>(v: &'a Value, key: &str) -> Option<&'a str> {
+    v.pointer("/metadata/annotations")
+        .and_then(|a| a.get(key))
+        .and_then(Value::as_str)
+}
+
+fn rv(v: &Value) -> String {
+    v["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// Waits for the host object to exist and satisfy `check`.
+async fn host_object(
+    env: &Env,
+    tenant: &str,
+    api_version: &str,
+    kind: &str,
+    name: &str,
+    check: impl Fn(&Value) -> bool,
+) -> Value {
+    let ns = format!("tenant-{tenant}");
+    eventually(&format!("host {kind} {ns}/{name}"), || async {
+        get(&env.host.client, api_version, kind, Some(&ns), name)
+            .await
+            .filter(|v| check(v))
+    })
+    .await
+}
+
+async fn host_object_gone(env: &Env, tenant: &str, api_version: &str, kind: &str, name: &str) {
+    let ns = format!("tenant-{tenant}");
+    eventually(
+        &format!("host {kind} {ns}/{name} to be deleted"),
+        || async {
+            get(&env.host.client, api_version, kind, Some(&ns), name)
+                .await
+                .is_none()
+                .then_some(())
+        },
+    )
+    .await
+}
+
+/// Waits for an event regarding `name` in the tenant namespace with `reason`.
+async fn tenant_event(env: &Env, ns: &str, name: &str, reason: &str) -> Value {
+    eventually(&format!("an event {reason} on {ns}/{name}"), || async {
+        events_regarding(&env.tenant_cp.client, ns, name)
+            .await
+            .into_iter()
+            .find(|e| e["reason"] == reason)
+    })
+    .await
+}
+
+async fn tenant_status(env: &Env, tenant: &str) -> Value {
+    get(
+        &env.host.client,
+        "tenantplane.io/v1alpha1",
+        "Tenant",
+        None,
+        tenant,
+    )
+    .await
+    .map(|t| t["status"].clone())
+    .unwrap_or(Value::Null)
+}
+
+async fn count_at_least(env: &Env, tenant: &str, outcome: &str, n: u64) {
+    eventually(
+        &format!("Tenant {tenant} status.counts.{outcome} >= {n}"),
+        || async {
+            let s = tenant_status(env, tenant).await;
+            (s["counts"][outcome].as_u64().unwrap_or(0) >= n).then_some(())
+        },
+    )
+    .await
+}
+
+fn pod(ns: &str, name: &str, spec: Value) -> Value {
+    json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": ns}, "spec": spec})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn configmap_and_secret_create_update_delete() {
+    let env = Env::start().await.unwrap();
+    let t = env.create_tenant("crud", None).await.unwrap();
+    let ns = env.tenant_namespace("web").await.unwrap();
+    let c = &env.tenant_cp.client;
+    create(c, json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "cfg", "namespace": ns, "labels": {"app": "web"}}, "data": {"k": "1"}}))
+        .await
+        .unwrap();
+    create(
+        c,
+        json!({"apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "sec", "namespace": ns}, "stringData": {"password": "hunter2"}}),
+    )
+    .await
+    .unwrap();
+    let host_cm_name = format!("cfg-x-{ns}");
+    let cm = host_object(&env, &t, "v1", "ConfigMap", &host_cm_name, |_| true).await;
+    assert_eq!(cm["data"]["k"], "1");
+    assert_eq!(cm["metadata"]["labels"]["app"], "web");
+    assert_eq!(cm["metadata"]["labels"]["tenantplane.io/tenant"], json!(t));
+    assert_eq!(cm["metadata"]["labels"]["tenantplane.io/managed"], "true");
+    assert!(annotation(&cm, DECISION_ID).is_some(), "{cm}");
+    let first_decision = annotation(&cm, DECISION_ID).unwrap().to_string();
+    let sec = host_object(&env, &t, "v1", "Secret", &format!("sec-x-{ns}"), |_| true).await;
+    assert_eq!(sec["data"]["password"], "aHVudGVyMg==");
+
+    // A Synced event on the tenant object names the decision written on the host object.
+    let ev = tenant_event(&env, &ns, "cfg", "WorkloadKind").await;
+    assert_eq!(ev["type"], "Normal");
+    assert!(
+        ev["note"].as_str().unwrap().contains(&first_decision),
+        "{ev}"
+    );
+
+    merge(
+        c,
+        "v1",
+        "ConfigMap",
+        Some(&ns),
+        "cfg",
+        json!({"data": {"k": "2"}}),
+    )
+    .await
+    .unwrap();
+    let cm = host_object(&env, &t, "v1", "ConfigMap", &host_cm_name, |v| {
+        v["data"]["k"] == "2"
+    })
+    .await;
+    assert_ne!(annotation(&cm, DECISION_ID), Some(first_decision.as_str()));
+
+    delete(c, "v1", "ConfigMap", Some(&ns), "cfg")
+        .await
+        .unwrap();
+    delete(c, "v1", "Secret", Some(&ns), "sec").await.unwrap();
+    host_object_gone(&env, &t, "v1", "ConfigMap", &host_cm_name).await;
+    host_object_gone(&env, &t, "v1", "Secret", &format!("sec-x-{ns}")).await;
+    count_at_least(&env, &t, "deleted", 2).await;
+    count_at_least(&env, &t, "synced", 3).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_default_kind_is_created_updated_and_deleted() {
+    let env = Env::start().await.unwrap();
+    let t = env.create_tenant("kinds", None).await.unwrap();
+    let ns = env.tenant_namespace("app").await.unwrap();
+    let c = &env.tenant_cp.client;
+    let objects = [
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "o", "namespace": ns}, "data": {"a": "1"}}),
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "o", "namespace": ns}, "data": {"a": "MQ=="}}),
+        json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "o", "namespace": ns}}),
+        json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "o", "namespace": ns},
+               "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}),
+        json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "o", "namespace": ns},
+               "spec": {"selector": {"app": "o"}, "ports": [{"port": 80}]}}),
+        json!({"apiVersion": "v1", "kind": "Endpoints", "metadata": {"name": "ext", "namespace": ns},
+               "subsets": [{"addresses": [{"ip": "10.9.9.9"}], "ports": [{"port": 5432}]}]}),
+        json!({"apiVersion": "networking.k8s.io/v1", "kind": "Ingress", "metadata": {"name": "o", "namespace": ns},
+               "spec": {"rules": [{"host": "o.example", "http": {"paths": [{"path": "/", "pathType": "Prefix",
+                 "backend": {"service": {"name": "o", "port": {"number": 80}}}}]}}]}}),
+        pod(
+            &ns,
+            "o",
+            json!({"containers": [{"name": "app", "image": "nginx"}]}),
+        ),
+    ];
+    for o in &objects {
+        create(c, o.clone()).await.unwrap();
+    }
+    for o in &objects {
+        let (av, kind, name) = (
+            o["apiVersion"].as_str().unwrap(),
+            o["kind"].as_str().unwrap(),
+            o["metadata"]["name"].as_str().unwrap(),
+        );
+        let host = host_object(&env, &t, av, kind, &format!("{name}-x-{ns}"), |_| true).await;
+        assert_eq!(
+            host["metadata"]["annotations"]["tenantplane.io/source-kind"],
+            json!(kind)
+        );
+    }
+    // Update: a label change on each reaches the host.
+    for o in &objects {
+        let (av, kind, name) = (
+            o["apiVersion"].as_str().unwrap(),
+            o["kind"].as_str().unwrap(),
+            o["metadata"]["name"].as_str().unwrap(),
+        );
+        merge(
+            c,
+            av,
+            kind,
+            Some(&ns),
+            name,
+            json!({"metadata": {"labels": {"rev": "2"}}}),
+        )
+        .await
+        .unwrap();
+        host_object(&env, &t, av, kind, &format!("{name}-x-{ns}"), |v| {
+            v["metadata"]["labels"]["rev"] == "2"
+        })
+        .await;
+    }
+    for o in &objects {
+        let (av, kind, name) = (
+            o["apiVersion"].as_str().unwrap(),
+            o["kind"].as_str().unwrap(),
+            o["metadata"]["name"].as_str().unwrap(),
+        );
+        delete(c, av, kind, Some(&ns), name).await.unwrap();
+        host_object_gone(&env, &t, av, kind, &format!("{name}-x-{ns}")).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn references_follow_the_mapping() {
+    let env = Env::start().await.unwrap();
+    let t = env.create_tenant("refs", None).await.unwrap();
+    let ns = env.tenant_namespace("shop").await.unwrap();
+    let c = &env.tenant_cp.client;
+    create(
+        c,
+        pod(
+            &ns,
+            "api",
+            json!({
+        "serviceAccountName": "builder",
+        "imagePullSecrets": [{"name": "regcred"}],
+        "containers": [{"name": "app", "image": "nginx",
+            "env": [{"name": "A", "valueFrom": {"configMapKeyRef": {"name": "cfg", "key": "a"}}},
+                    {"name": "B", "valueFrom": {"secretKeyRef": {"name": "sec", "key": "b"}}}],
+            "envFrom": [{"configMapRef": {"name": "cfg"}}]}],
+        "volumes": [{"name": "c", "configMap": {"name": "cfg"}},
+                    {"name": "s", "secret": {"secretName": "sec"}},
+                    {"name": "d", "persistentVolumeClaim": {"claimName": "data"}}]}),
+        ),
+    )
+    .await
+    .unwrap();
+    create(
+        c,
+        json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "api", "namespace": ns},
+        "spec": {"selector": {"app": "api"}, "ports": [{"port": 80}]}}),
+    )
+    .await
+    .unwrap();
+    create(c, json!({"apiVersion": "networking.k8s.io/v1", "kind": "Ingress", "metadata": {"name": "api", "namespace": ns},
+        "spec": {"tls": [{"hosts": ["api.example"], "secretName": "tls"}],
+                 "rules": [{"host": "api.example", "http": {"paths": [{"path": "/", "pathType": "Prefix",
+                    "backend": {"service": {"name": "api", "port": {"number": 80}}}}]}}]}}))
+        .await
+        .unwrap();
+
+    let p = host_object(&env, &t, "v1", "Pod", &format!("api-x-{ns}"), |_| true).await;
+    let spec = &p["spec"];
+    let m = |n: &str| json!(format!("{n}-x-{ns}"));
+    assert_eq!(spec["serviceAccountName"], m("builder"));
+    assert_eq!(spec["automountServiceAccountToken"], false);
+    assert_eq!(spec["imagePullSecrets"][0]["name"], m("regcred"));
+    let container = &spec["containers"][0];
+    assert_eq!(
+        container["env"][0]["valueFrom"]["configMapKeyRef"]["name"],
+        m("cfg")
+    );
+    assert_eq!(
+        container["env"][1]["valueFrom"]["secretKeyRef"]["name"],
+        m("sec")
+    );
+    assert_eq!(container["envFrom"][0]["configMapRef"]["name"], m("cfg"));
+    assert_eq!(spec["volumes"][0]["configMap"]["name"], m("cfg"));
+    assert_eq!(spec["volumes"][1]["secret"]["secretName"], m("sec"));
+    assert_eq!(
+        spec["volumes"][2]["persistentVolumeClaim"]["claimName"],
+        m("data")
+    );
+    // The host pod carries what the Service's rewritten selector selects.
+    assert_eq!(
+        p["metadata"]["labels"]["tenantplane.io/source-namespace"],
+        json!(ns)
+    );
+
+    let svc = host_object(&env, &t, "v1", "Service", &format!("api-x-{ns}"), |_| true).await;
+    assert_eq!(
+        svc["spec"]["selector"],
+        json!({"app": "api", "tenantplane.io/source-namespace": ns})
+    );
+    let ing = host_object(
+        &env,
+        &t,
+        "networking.k8s.io/v1",
+        "Ingress",
+        &format!("api-x-{ns}"),
+        |_| true,
+    )
+    .await;
+    assert_eq!(ing["spec"]["tls"][0]["secretName"], m("tls"));
+    assert_eq!(
+        ing["spec"]["rules"][0]["http"]["paths"][0]["backend"]["service"]["name"],
+        m("api")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_flows_up_from_the_host() {
+    let env = Env::start().await.unwrap();
+    if env.is_real() {
+        eprintln!("skipped on real clusters: this test plays the host's kubelet");
+        return;
+    }
+    let t = env.create_tenant("status", None).await.unwrap();
+    let ns = env.tenant_namespace("run").await.unwrap();
+    let c = &env.tenant_cp.client;
+    let h = &env.host.client;
+    let host_ns = format!("tenant-{t}");
+    create(
+        c,
+        pod(
+            &ns,
+            "web",
+            json!({"containers": [{"name": "app", "image": "nginx"}]}),
+        ),
+    )
+    .await
+    .unwrap();
+    create(c, json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "data", "namespace": ns},
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}))
+        .await
+        .unwrap();
+    create(
+        c,
+        json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web", "namespace": ns},
+        "spec": {"selector": {"app": "web"}, "ports": [{"port": 80}]}}),
+    )
+    .await
+    .unwrap();
+    let pod_name = format!("web-x-{ns}");
+    host_object(&env, &t, "v1", "Pod", &pod_name, |_| true).await;
+    host_object(
+        &env,
+        &t,
+        "v1",
+        "PersistentVolumeClaim",
+        &format!("data-x-{ns}"),
+        |_| true,
+    )
+    .await;
+    host_object(&env, &t, "v1", "Service", &pod_name, |_| true).await;
+
+    // The host's kubelet, volume binder and load balancer controller, played by the test.
+    merge_status(
+        h,
+        "v1",
+        "Pod",
+        Some(&host_ns),
+        &pod_name,
+        json!({"status": {"phase": "Running", "podIP": "10.244.1.7", "hostIP": "192.168.0.10"}}),
+    )
+    .await
+    .unwrap();
+    merge_status(
+        h,
+        "v1",
+        "PersistentVolumeClaim",
+        Some(&host_ns),
+        &format!("data-x-{ns}"),
+        json!({"status": {"phase": "Bound", "capacity": {"storage": "1Gi"}}}),
+    )
+    .await
+    .unwrap();
+    merge_status(
+        h,
+        "v1",
+        "Service",
+        Some(&host_ns),
+        &pod_name,
+        json!({"status": {"loadBalancer": {"ingress": [{"ip": "203.0.113.5"}]}}}),
+    )
+    .await
+    .unwrap();
+
+    eventually(
+        "the tenant pod to be Running with the host's pod IP",
+        || async {
+            let p = get(c, "v1", "Pod", Some(&ns), "web").await?;
+            (p["status"]["phase"] == "Running" && p["status"]["podIP"] == "10.244.1.7")
+                .then_some(())
+        },
+    )
+    .await;
+    eventually("the tenant claim to be Bound", || async {
+        let p = get(c, "v1", "PersistentVolumeClaim", Some(&ns), "data").await?;
+        (p["status"]["phase"] == "Bound").then_some(())
+    })
+    .await;
+    eventually("the tenant service's load balancer ingress", || async {
+        let s = get(c, "v1", "Service", Some(&ns), "web").await?;
+        (s["status"]["loadBalancer"]["ingress"][0]["ip"] == "203.0.113.5").then_some(())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_network_pod_is_rejected_and_recorded() {
+    let env = Env::start().await.unwrap();
+    let t = env.create_tenant("reject", None).await.unwrap();
+    let ns = env.tenant_namespace("ops").await.unwrap();
+    let c = &env.tenant_cp.client;
+    create(
+        c,
+        pod(
+            &ns,
+            "sniffer",
+            json!({"hostNetwork": true,
+        "containers": [{"name": "app", "image": "tcpdump"}]}),
+        ),
+    )
+    .await
+    .unwrap();
+    // Also a Secret that would carry a host token: refused by the translation.
+    create(
+        c,
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "tok", "namespace": ns,
+        "annotations": {"kubernetes.io/service-account.name": "default"}},
+        "type": "kubernetes.io/service-account-token"}),
+    )
+    .await
+    .unwrap();
+    let ev = tenant_event(&env, &ns, "sniffer", "HostNetworkForbidden").await;
+    assert_eq!(ev["type"], "Warning");
+    assert_eq!(ev["action"], "Rejected");
+    let ev = tenant_event(&env, &ns, "tok", "ServiceAccountTokenSecretForbidden").await;
+    assert_eq!(ev["type"], "Warning");
+    count_at_least(&env, &t, "rejected", 2).await;
+    let host_ns = format!("tenant-{t}");
+    assert!(
+        get(
+            &env.host.client,
+            "v1",
+            "Pod",
+            Some(&host_ns),
+            &format!("sniffer-x-{ns}")
+        )
+        .await
+        .is_none()
+    );
+    assert!(
+        get(
+            &env.host.client,
+            "v1",
+            "Secret",
+            Some(&host_ns),
+            &format!("tok-x-{ns}")
+        )
+        .await
+        .is_none()
+    );
+    // The Tenant carries an aggregated Warning event too.
+    eventually("a Warning event on the Tenant", || async {
+        let all = list(&env.host.client, "events.k8s.io/v1", "Event", None)
+            .await
+            .ok()?;
+        all.into_iter().find(|e| {
+            e["regarding"]["kind"] == "Tenant"
+                && e["regarding"]["name"] == json!(t)
+                && e["reason"] == "HostNetworkForbidden"
+        })
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_foreign_host_object_is_left_untouched_and_a_conflict_is_recorded() {
+    let env = Env::start().await.unwrap();
+    let t = env.create_tenant("clash", None).await.unwrap();
+    let ns = env.tenant_namespace("web").await.unwrap();
+    let host_ns = format!("tenant-{t}");
+    let target = format!("cfg-x-{ns}");
+    let foreign = create(
+        &env.host.client,
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": target, "namespace": host_ns, "labels": {"owner": "platform-team"}},
+        "data": {"theirs": "yes"}}),
+    )
+    .await
+    .unwrap();
+    create(
+        &env.tenant_cp.client,
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "cfg", "namespace": ns}, "data": {"mine": "1"}}),
+    )
+    .await
+    .unwrap();
+    let ev = tenant_event(&env, &ns, "cfg", "HostObjectNotManaged").await;
+    assert_eq!(ev["type"], "Warning");
+    assert_eq!(ev["action"], "Conflict");
+    count_at_least(&env, &t, "conflict", 1).await;
+    let now = get(&env.host.client, "v1", "ConfigMap", Some(&host_ns), &target)
+        .await
+        .unwrap();
+    assert_eq!(
+        rv(&now),
+        rv(&foreign),
+        "the foreign object was written to: {now}"
+    );
+    assert_eq!(now["data"], json!({"theirs": "yes"}));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spoofed_provenance_labels_are_not_passed_through() {
+    let env = Env::start().await.unwrap();
+    let t = env.create_tenant("spoof", None).await.unwrap();
+    let ns = env.tenant_namespace("evil").await.unwrap();
+    create(&env.tenant_cp.client, json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "cfg", "namespace": ns,
+            "labels": {"tenantplane.io/tenant": "victim", "tenantplane.io/managed": "false", "app": "x"},
+            "annotations": {"tenantplane.io/decision-id": "forged", "tenantplane.io/source-name": "forged"}},
+        "data": {}}))
+        .await
+        .unwrap();
+    let host = host_object(&env, &t, "v1", "ConfigMap", &format!("cfg-x-{ns}"), |_| {
+        true
+    })
+    .await;
+    let labels = &host["metadata"]["labels"];
+    assert_eq!(labels["tenantplane.io/tenant"], json!(t));
+    assert_eq!(labels["tenantplane.io/managed"], "true");
+    assert_eq!(labels["app"], "x");
+    assert_eq!(annotation(&host, "tenantplane.io/source-name"), Some("cfg"));
+    assert_ne!(annotation(&host, DECISION_ID), Some("forged"));
+    let ev = tenant_event(&env, &ns, "cfg", "WorkloadKind").await;
+    assert!(
+        ev["note"]
+            .as_str()
+            .unwrap()
+            .contains("reserved keys stripped"),
+        "{ev}"
+    );
+}
+
+fn profile(name: &str, spec: Value) -> Value {
+    json!({"apiVersion": "tenantplane.io/v1alpha1", "kind": "IsolationProfile",
+           "metadata": {"name": name}, "spec": spec})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_isolation_profile_change_applies_and_prunes() {
+    let env = Env::start().await.unwrap();
+    let h = &env.host.client;
+    let pname = env.name("fence");
+    create(h, profile(&pname, json!({"level": "restricted"})))
+        .await
+        .unwrap();
+    let t = env.create_tenant("iso", Some(&pname)).await.unwrap();
+    let host_ns = format!("tenant-{t}");
+    let exists = |av: &'static str, kind: &'static str, ns: Option<String>, name: String| {
+        let h = h.clone();
+        async move { get(&h, av, kind, ns.as_deref(), &name).await.is_some() }
+    };
+    let netpol = "networking.k8s.io/v1";
+    let vap = "admissionregistration.k8s.io/v1";
+    let image_pull = format!("tenantplane-{t}-image-pull-always");
+    eventually("IsolationApplied=True", || async {
+        let s = tenant_status(&env, &t).await;
+        s["conditions"]
+            .as_array()?
+            .iter()
+            .find(|c| c["type"] == "IsolationApplied" && c["status"] == "True")
+            .cloned()
+    })
+    .await;
+    for (av, kind, ns, name) in [
+        (
+            netpol,
+            "NetworkPolicy",
+            Some(host_ns.clone()),
+            "tenantplane-default-deny".to_string(),
+        ),
+        (
+            netpol,
+            "NetworkPolicy",
+            Some(host_ns.clone()),
+            "tenantplane-allow-dns".to_string(),
+        ),
+        (
+            "v1",
+            "LimitRange",
+            Some(host_ns.clone()),
+            "tenantplane-limits".to_string(),
+        ),
+        (
+            "v1",
+            "ResourceQuota",
+            Some(host_ns.clone()),
+            "tenantplane-quota".to_string(),
+        ),
+        (vap, "ValidatingAdmissionPolicy", None, image_pull.clone()),
+    ] {
+        assert!(
+            exists(av, kind, ns, name.clone()).await,
+            "restricted compiles {kind} {name}"
+        );
+    }
+    let ns_obj = get(h, "v1", "Namespace", None, &host_ns).await.unwrap();
+    assert_eq!(
+        ns_obj["metadata"]["labels"]["pod-security.kubernetes.io/enforce"],
+        "restricted"
+    );
+
+    // Baseline opens egress and drops the container limits and the pull-policy rule: pruned.
+    merge(
+        h,
+        "tenantplane.io/v1alpha1",
+        "IsolationProfile",
+        None,
+        &pname,
+        json!({"spec": {"level": "baseline"}}),
+    )
+    .await
+    .unwrap();
+    eventually("the restricted-only objects to be pruned", || async {
+        let gone = !exists(
+            netpol,
+            "NetworkPolicy",
+            Some(host_ns.clone()),
+            "tenantplane-allow-dns".into(),
+        )
+        .await
+            && !exists(
+                "v1",
+                "LimitRange",
+                Some(host_ns.clone()),
+                "tenantplane-limits".into(),
+            )
+            .await
+            && !exists(vap, "ValidatingAdmissionPolicy", None, image_pull.clone()).await;
+        gone.then_some(())
+    })
+    .await;
+    assert!(
+        exists(
+            netpol,
+            "NetworkPolicy",
+            Some(host_ns.clone()),
+            "tenantplane-default-deny".into()
+        )
+        .await
+    );
+    let ns_obj = get(h, "v1", "Namespace", None, &host_ns).await.unwrap();
+    assert_eq!(
+        ns_obj["metadata"]["labels"]["pod-security.kubernetes.io/enforce"],
+        "baseline"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_syncer_converges_without_duplicate_writes() {
+    let mut env = Env::start().await.unwrap();
+    let t = env.create_tenant("restart", None).await.unwrap();
+    let ns = env.tenant_namespace("api").await.unwrap();
+    let c = env.tenant_cp.client.clone();
+    for i in 0..20 {
+        create(
+            &c,
+            json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": format!("cm{i}"), "namespace": ns}, "data": {"i": i.to_string()}}),
+        )
+        .await
+        .unwrap();
+    }
+    let mut before = Vec::new();
+    for i in 0..20 {
+        before.push(rv(&host_object(
+            &env,
+            &t,
+            "v1",
+            "ConfigMap",
+            &format!("cm{i}-x-{ns}"),
+            |_| true,
+        )
+        .await));
+    }
+    env.stop_syncer().await;
+    // While it is down: one object deleted, one created, one changed.
+    delete(&c, "v1", "ConfigMap", Some(&ns), "cm0")
+        .await
+        .unwrap();
+    create(
+        &c,
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "late", "namespace": ns}, "data": {}}),
+    )
+    .await
+    .unwrap();
+    merge(
+        &c,
+        "v1",
+        "ConfigMap",
+        Some(&ns),
+        "cm1",
+        json!({"data": {"i": "changed"}}),
+    )
+    .await
+    .unwrap();
+    env.start_syncer().unwrap();
+
+    host_object(&env, &t, "v1", "ConfigMap", &format!("late-x-{ns}"), |_| {
+        true
+    })
+    .await;
+    host_object(&env, &t, "v1", "ConfigMap", &format!("cm1-x-{ns}"), |v| {
+        v["data"]["i"] == "changed"
+    })
+    .await;
+    host_object_gone(&env, &t, "v1", "ConfigMap", &format!("cm0-x-{ns}")).await;
+    // Give the syncer a moment to have gone over everything, then: untouched objects unwritten.
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    for (i, before) in before.iter().enumerate().skip(2) {
+        let now = get(
+            &env.host.client,
+            "v1",
+            "ConfigMap",
+            Some(&format!("tenant-{t}")),
+            &format!("cm{i}-x-{ns}"),
+        )
+        .await
+        .unwrap();
+        assert_eq!(
+            &rv(&now),
+            before,
+            "cm{i} was written again after the restart"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_planner_outage_defers_and_then_syncs() {
+    let mut env = Env::start().await.unwrap();
+    let t = env.create_tenant("outage", None).await.unwrap();
+    let ns = env.tenant_namespace("db").await.unwrap();
+    env.planner.stop().await;
+    create(
+        &env.tenant_cp.client,
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "cfg", "namespace": ns}, "data": {}}),
+    )
+    .await
+    .unwrap();
+    let ev = tenant_event(&env, &ns, "cfg", "PlannerUnavailable").await;
+    assert_eq!(ev["action"], "Deferred");
+    count_at_least(&env, &t, "deferred", 1).await;
+    assert!(
+        get(
+            &env.host.client,
+            "v1",
+            "ConfigMap",
+            Some(&format!("tenant-{t}")),
+            &format!("cfg-x-{ns}")
+        )
+        .await
+        .is_none(),
+        "nothing is guessed while the planner is down"
+    );
+    env.planner.restart().await.unwrap();
+    host_object(&env, &t, "v1", "ConfigMap", &format!("cfg-x-{ns}"), |_| {
+        true
+    })
+    .await;
+    eventually("Synced=True after the outage", || async {
+        let s = tenant_status(&env, &t).await;
+        s["conditions"]
+            .as_array()?
+            .iter()
+            .find(|c| c["type"] == "Synced" && c["status"] == "True")
+            .cloned()
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_a_tenant_removes_only_what_tenantplane_owns() {
+    let env = Env::start().await.unwrap();
+    let h = &env.host.client;
+    let t = env.create_tenant("bye", None).await.unwrap();
+    let ns = env.tenant_namespace("web").await.unwrap();
+    let host_ns = format!("tenant-{t}");
+    create(
+        &env.tenant_cp.client,
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "cfg", "namespace": ns}, "data": {}}),
+    )
+    .await
+    .unwrap();
+    host_object(&env, &t, "v1", "ConfigMap", &format!("cfg-x-{ns}"), |_| {
+        true
+    })
+    .await;
+    eventually("the finalizer on the Tenant", || async {
+        let tenant = get(h, "tenantplane.io/v1alpha1", "Tenant", None, &t).await?;
+        tenant["metadata"]["finalizers"]
+            .as_array()?
+            .iter()
+            .any(|f| f == "tenantplane.io/cleanup")
+            .then_some(())
+    })
+    .await;
+    delete(h, "tenantplane.io/v1alpha1", "Tenant", None, &t)
+        .await
+        .unwrap();
+    eventually("the Tenant to be gone", || async {
+        get(h, "tenantplane.io/v1alpha1", "Tenant", None, &t)
+            .await
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    eventually(
+        "the host namespace tenantplane created to be deleted",
+        || async {
+            match get(h, "v1", "Namespace", None, &host_ns).await {
+                None => Some(()),
+                Some(n) if n["metadata"]["deletionTimestamp"].is_string() => Some(()),
+                Some(_) => None,
+            }
+        },
+    )
+    .await;
+}
