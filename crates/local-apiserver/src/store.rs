@@ -22,6 +22,10 @@ use crate::patch::{PatchKind, apply_patch};
 use crate::resources::{CRD_GROUP, CRD_PLURAL, Registry, ResourceType, StorageKey};
 use crate::selectors::{FieldSelector, LabelSelector};
 
+/// The finalizer that holds an owner deleted in the foreground until its
+/// blocking dependents are gone.
+const FOREGROUND_FINALIZER: &str = "foregroundDeletion";
+
 /// Namespace and name of an object within one resource.
 type ObjectName = (String, String);
 
@@ -1461,22 +1465,87 @@ impl Store {
             self.empty_namespace(state, &target.name);
             return stored;
         }
-        if !finalizers(&old).is_empty() {
+        let foreground = propagation == Propagation::Foreground
+            && state.dependents.get(&uid).is_some_and(|d| !d.is_empty());
+        if foreground || !finalizers(&old).is_empty() {
             let mut marked = old;
             let generation = marked
                 .pointer("/metadata/generation")
                 .and_then(Value::as_i64)
                 .unwrap_or(0);
+            let mut held = finalizers(&marked);
+            if foreground && !held.iter().any(|f| f == FOREGROUND_FINALIZER) {
+                held.push(FOREGROUND_FINALIZER.to_string());
+            }
             let meta = meta_mut(&mut marked);
             meta.insert("deletionTimestamp".into(), json!(now()));
             meta.insert("deletionGracePeriodSeconds".into(), json!(0));
             meta.insert("generation".into(), json!(generation + 1));
-            return state.put(target, marked, EventType::Modified, &self.changes);
-        }
-        if propagation == Propagation::Foreground {
-            self.collect_dependents(state, &uid);
+            meta.insert("finalizers".into(), json!(held));
+            let stored = state.put(target, marked, EventType::Modified, &self.changes);
+            if foreground {
+                let dependents = state.dependents.get(&uid).cloned().unwrap_or_default();
+                for dependent in dependents {
+                    if let Some(object) = state
+                        .lookup(&dependent.key, &dependent.namespace, &dependent.name)
+                        .cloned()
+                    {
+                        self.delete_locked(state, &dependent, object, Propagation::Foreground);
+                    }
+                }
+                self.release_foreground_owner(state, &uid);
+            }
+            return stored;
         }
         self.remove_now(state, target, propagation).unwrap_or(old)
+    }
+
+    /// Foreground deletion: once no dependent with `blockOwnerDeletion`
+    /// remains, the owner loses its `foregroundDeletion` finalizer (and goes
+    /// if that was the last one).
+    fn release_foreground_owner(&self, state: &mut State, owner_uid: &str) {
+        let Some(owner_ref) = state.uids.get(owner_uid).cloned() else {
+            return;
+        };
+        let Some(owner) = state
+            .lookup(&owner_ref.key, &owner_ref.namespace, &owner_ref.name)
+            .cloned()
+        else {
+            return;
+        };
+        let mut held = finalizers(&owner);
+        if !held.iter().any(|f| f == FOREGROUND_FINALIZER) {
+            return;
+        }
+        let blocked = state.dependents.get(owner_uid).is_some_and(|dependents| {
+            dependents.iter().any(|d| {
+                state
+                    .lookup(&d.key, &d.namespace, &d.name)
+                    .and_then(|o| o.pointer("/metadata/ownerReferences"))
+                    .and_then(Value::as_array)
+                    .is_some_and(|refs| {
+                        refs.iter().any(|r| {
+                            r.get("uid").and_then(Value::as_str) == Some(owner_uid)
+                                && r.get("blockOwnerDeletion").and_then(Value::as_bool)
+                                    == Some(true)
+                        })
+                    })
+            })
+        });
+        if blocked {
+            return;
+        }
+        held.retain(|f| f != FOREGROUND_FINALIZER);
+        let mut released = owner;
+        let done = held.is_empty();
+        meta_mut(&mut released).insert("finalizers".into(), json!(held));
+        if done {
+            meta_mut(&mut released).remove("finalizers");
+        }
+        state.put(&owner_ref, released, EventType::Modified, &self.changes);
+        if done {
+            self.remove_now(state, &owner_ref, Propagation::Background);
+        }
     }
 
     /// Removes an object for good and runs the controllers that react to it.
@@ -1493,6 +1562,9 @@ impl Store {
         let uid = meta_str(&removed, "uid").unwrap_or_default().to_string();
         if propagation != Propagation::Orphan {
             self.collect_dependents(state, &uid);
+        }
+        for owner in owner_uids(&removed) {
+            self.release_foreground_owner(state, &owner);
         }
         if target.key.group.is_empty() && target.key.plural == "namespaces" {
             return Some(removed);

@@ -1111,3 +1111,56 @@ async fn server_side_apply_merges_custom_list_maps_by_key() {
         .unwrap();
     target.cleanup(&ns).await;
 }
+
+#[tokio::test]
+async fn foreground_deletion_waits_for_blocking_dependents() {
+    let target = Target::start().await;
+    let ns = target.namespace().await;
+    let api: Api<ConfigMap> = Api::namespaced(target.client.clone(), &ns);
+    let owner = api
+        .create(&PostParams::default(), &config_map("fg-owner", &[], &[]))
+        .await
+        .unwrap();
+    let mut child = owned_by("fg-child", &owner);
+    if let Some(refs) = child.metadata.owner_references.as_mut() {
+        refs[0].block_owner_deletion = Some(true);
+    }
+    child.metadata.finalizers = Some(vec!["tenantplane.io/hold".into()]);
+    api.create(&PostParams::default(), &child).await.unwrap();
+
+    api.delete("fg-owner", &DeleteParams::foreground())
+        .await
+        .unwrap();
+    eventually(
+        "the owner waits in foregroundDeletion and the child is being deleted",
+        || {
+            let api = api.clone();
+            async move {
+                let owner = api.get_opt("fg-owner").await.unwrap();
+                let child = api.get_opt("fg-child").await.unwrap();
+                owner.is_some_and(|o| {
+                    o.metadata.deletion_timestamp.is_some()
+                        && o.finalizers().iter().any(|f| f == "foregroundDeletion")
+                }) && child.is_some_and(|c| c.metadata.deletion_timestamp.is_some())
+            }
+        },
+    )
+    .await;
+
+    api.patch(
+        "fg-child",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+    )
+    .await
+    .unwrap();
+    eventually("owner and child are gone once the child is", || {
+        let api = api.clone();
+        async move {
+            api.get_opt("fg-owner").await.unwrap().is_none()
+                && api.get_opt("fg-child").await.unwrap().is_none()
+        }
+    })
+    .await;
+    target.cleanup(&ns).await;
+}
