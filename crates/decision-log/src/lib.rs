@@ -15,12 +15,14 @@
 //! - [`appender`]: the group-commit [`Appender`]; `append` resolves once the decision is durable.
 //! - [`export`]: JSON Lines (verifiable offline) and wgpolicyk8s.io PolicyReports.
 //! - [`query`]: filters and pages.
+//! - [`grpc`]: the `tenantplane.decisions.v1.DecisionLog` service over any store.
 
 use std::sync::Arc;
 
 pub mod appender;
 pub mod chain;
 pub mod export;
+pub mod grpc;
 pub mod postgres;
 pub mod query;
 mod sql;

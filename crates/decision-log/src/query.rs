@@ -2,7 +2,7 @@
 
 use k8s_openapi::jiff::Timestamp;
 use serde::{Deserialize, Serialize};
-use tenantplane_core::decision::Outcome;
+use tenantplane_core::decision::{Decision, Outcome};
 
 use crate::chain::Entry;
 
@@ -47,6 +47,12 @@ impl ObjectFilter {
     pub fn is_empty(&self) -> bool {
         self.kind.is_none() && self.namespace.is_none() && self.name.is_none()
     }
+
+    /// True when an object `kind/namespace/name` is selected.
+    pub fn matches(&self, kind: &str, namespace: &str, name: &str) -> bool {
+        let eq = |want: &Option<String>, have: &str| want.as_deref().is_none_or(|w| w == have);
+        eq(&self.kind, kind) && eq(&self.namespace, namespace) && eq(&self.name, name)
+    }
 }
 
 /// Which decisions a query returns. Every field that is set must match.
@@ -67,6 +73,31 @@ pub struct Filter {
     pub since: Option<Timestamp>,
     /// Decisions taken before this time.
     pub until: Option<Timestamp>,
+}
+
+impl Filter {
+    /// True when `d` matches, by the same rules as the SQL a store runs for a query (Watch
+    /// filters entries in memory with this).
+    pub fn matches(&self, d: &Decision) -> bool {
+        let s = &d.subject;
+        let (host_kind, host_namespace, host_name) = d
+            .target
+            .as_ref()
+            .map_or(("", "", ""), |t| (&*t.kind, &*t.namespace, &*t.name));
+        let rule = d
+            .policy
+            .as_ref()
+            .and_then(|p| p.rule.as_deref())
+            .unwrap_or("");
+        let time = d.time.as_microsecond();
+        self.tenant.as_deref().is_none_or(|t| t == d.tenant)
+            && self.subject.matches(&s.kind, &s.namespace, &s.name)
+            && self.host.matches(host_kind, host_namespace, host_name)
+            && (self.outcomes.is_empty() || self.outcomes.contains(&d.outcome))
+            && self.rule.as_deref().is_none_or(|r| r == rule)
+            && self.since.is_none_or(|t| time >= t.as_microsecond())
+            && self.until.is_none_or(|t| time < t.as_microsecond())
+    }
 }
 
 /// A page request: decisions matching `filter`, in sequence order, after the page token.
