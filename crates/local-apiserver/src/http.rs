@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::body::{Body, Bytes};
-use axum::extract::{Query, State};
+use axum::extract::{DefaultBodyLimit, Query, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
@@ -42,9 +42,15 @@ pub struct AppState {
     pub shutdown: watch::Receiver<bool>,
 }
 
+/// Largest request body accepted, as on real API servers (3 MiB).
+const MAX_REQUEST_BODY: usize = 3 * 1024 * 1024;
+
 /// The router: one fallback handler that parses Kubernetes paths itself.
 pub fn router(state: AppState) -> Router {
-    Router::new().fallback(handle).with_state(state)
+    Router::new()
+        .fallback(handle)
+        .layer(DefaultBodyLimit::max(MAX_REQUEST_BODY))
+        .with_state(state)
 }
 
 /// A JSON response with the given status.
