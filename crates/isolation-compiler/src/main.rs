@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use clap::Parser;
 use tenantplane_grpc::IsolationService;
 use tenantplane_isolation::{CompileOptions, DEFAULT_SYNCER_USERNAME};
-use tenantplane_service::{GrpcApi, Server, ServiceArgs, init_logging, shutdown_signal};
+use tenantplane_service::{GrpcApi, ServiceArgs, shutdown_signal};
 
 /// The tenantplane isolation compiler service.
 #[derive(Debug, Parser)]
@@ -41,13 +41,7 @@ struct Args {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    init_logging(args.service.log_format, &args.service.log_filter)?;
-    let server = Server::bind(
-        args.grpc_addr,
-        args.admin_addr,
-        args.service.tls.server_config()?,
-    )
-    .await?;
+    let server = args.service.start(args.grpc_addr, args.admin_addr).await?;
     let options = CompileOptions {
         syncer_username: args.syncer_username,
     };

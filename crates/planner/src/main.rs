@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 
 use clap::Parser;
 use tenantplane_grpc::PlannerService;
-use tenantplane_service::{GrpcApi, Server, ServiceArgs, init_logging, shutdown_signal};
+use tenantplane_service::{GrpcApi, ServiceArgs, shutdown_signal};
 
 /// The tenantplane planner service.
 #[derive(Debug, Parser)]
@@ -34,13 +34,7 @@ struct Args {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    init_logging(args.service.log_format, &args.service.log_filter)?;
-    let server = Server::bind(
-        args.grpc_addr,
-        args.admin_addr,
-        args.service.tls.server_config()?,
-    )
-    .await?;
+    let server = args.service.start(args.grpc_addr, args.admin_addr).await?;
     let api = GrpcApi::new().with_service(PlannerService::new().into_server());
     server.serve(api, shutdown_signal()).await
 }

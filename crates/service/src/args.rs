@@ -1,9 +1,13 @@
 //! Configuration every service takes, by flag or environment variable.
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use anyhow::Context;
 use tonic::transport::{Certificate, Identity, ServerTlsConfig};
+
+use crate::{Server, init_logging};
 
 /// Flags shared by every service (each also read from the environment variable it names).
 #[derive(Clone, Debug, clap::Args)]
@@ -16,9 +20,30 @@ pub struct ServiceArgs {
     #[arg(long, env = "TENANTPLANE_LOG", default_value = "info")]
     pub log_filter: String,
 
+    /// Seconds in-flight calls get to finish after SIGTERM or Ctrl-C before the process stops
+    /// regardless.
+    #[arg(long, env = "TENANTPLANE_SHUTDOWN_GRACE_SECONDS", default_value_t = crate::DEFAULT_SHUTDOWN_GRACE.as_secs())]
+    pub shutdown_grace_seconds: u64,
+
     /// TLS for the gRPC port.
     #[command(flatten)]
     pub tls: TlsArgs,
+}
+
+impl ServiceArgs {
+    /// Logging as configured, and the bound ports of a server configured by these flags.
+    pub async fn start(
+        &self,
+        grpc_addr: SocketAddr,
+        admin_addr: SocketAddr,
+    ) -> anyhow::Result<Server> {
+        init_logging(self.log_format, &self.log_filter)?;
+        Ok(
+            Server::bind(grpc_addr, admin_addr, self.tls.server_config()?)
+                .await?
+                .with_shutdown_grace(Duration::from_secs(self.shutdown_grace_seconds)),
+        )
+    }
 }
 
 /// How log lines are written (to stderr).

@@ -20,4 +20,4 @@ mod server;
 pub use args::{LogFormat, ServiceArgs, TlsArgs};
 pub use logging::init_logging;
 pub use metrics::{GrpcMetrics, GrpcMetricsLayer};
-pub use server::{GrpcApi, Server, shutdown_signal};
+pub use server::{DEFAULT_SHUTDOWN_GRACE, GrpcApi, Server, shutdown_signal};

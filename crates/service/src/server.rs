@@ -5,6 +5,7 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use anyhow::Context;
 use prometheus_client::registry::Registry;
@@ -52,12 +53,16 @@ impl GrpcApi {
     }
 }
 
+/// How long in-flight calls get to finish after a shutdown signal, unless told otherwise.
+pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+
 /// A service's bound ports, ready to serve.
 #[derive(Debug)]
 pub struct Server {
     grpc: TcpListener,
     admin: TcpListener,
     tls: Option<ServerTlsConfig>,
+    shutdown_grace: Duration,
 }
 
 impl Server {
@@ -73,7 +78,19 @@ impl Server {
         let admin = TcpListener::bind(admin_addr)
             .await
             .with_context(|| format!("binding the admin port {admin_addr}"))?;
-        Ok(Server { grpc, admin, tls })
+        Ok(Server {
+            grpc,
+            admin,
+            tls,
+            shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
+        })
+    }
+
+    /// How long in-flight calls (and connections that clients keep open) get after a shutdown
+    /// signal before the server stops regardless.
+    pub fn with_shutdown_grace(mut self, grace: Duration) -> Self {
+        self.shutdown_grace = grace;
+        self
     }
 
     /// The bound gRPC address.
@@ -92,7 +109,8 @@ impl Server {
 
     /// Serves `api` with grpc.health.v1 and server reflection (v1 and v1alpha) on the gRPC port
     /// and /live, /ready and /metrics on the admin port, until `shutdown` resolves. Then readiness
-    /// and health turn to not serving, in-flight calls complete, and both ports close.
+    /// and health turn to not serving, in-flight calls complete (within the shutdown grace), and
+    /// both ports close.
     pub async fn serve(
         self,
         api: GrpcApi,
@@ -159,13 +177,25 @@ impl Server {
                 ready: ready.clone(),
             }),
         )
-        .with_graceful_shutdown(stopped(stop_rx));
+        .with_graceful_shutdown(stopped(stop_rx.clone()));
 
         ready.store(true, Ordering::SeqCst);
         tracing::info!(%grpc_addr, %admin_addr, services = ?api.services, "serving");
-        let (grpc, admin) = tokio::join!(grpc, admin);
-        grpc.context("gRPC server")?;
-        admin.context("admin server")?;
+        let grace = self.shutdown_grace;
+        let grace_over = async {
+            stopped(stop_rx).await;
+            tokio::time::sleep(grace).await;
+        };
+        tokio::select! {
+            (grpc, admin) = async { tokio::join!(grpc, admin) } => {
+                grpc.context("gRPC server")?;
+                admin.context("admin server")?;
+            }
+            () = grace_over => tracing::warn!(
+                grace_seconds = grace.as_secs_f64(),
+                "calls or connections still open after the shutdown grace period; stopping anyway"
+            ),
+        }
         tracing::info!("stopped");
         Ok(())
     }
