@@ -504,9 +504,10 @@ impl WatchFilter {
         self.labels.matches(object) && self.fields.matches(object)
     }
 
-    /// The event a watcher sees for a change, if any: a modification that
-    /// moves an object into or out of the selection becomes ADDED or DELETED.
-    fn event_for(&self, change: &Change) -> Option<(EventType, Value)> {
+    /// The event type a watcher sees for a change, if any: a modification
+    /// that moves an object into or out of the selection becomes ADDED or
+    /// DELETED.
+    fn event_type(&self, change: &Change) -> Option<EventType> {
         if change.key != self.rt.storage_key()
             || self
                 .namespace
@@ -516,23 +517,42 @@ impl WatchFilter {
             return None;
         }
         let now = self.matches(&change.object);
-        let event = match (change.event, &change.previous) {
+        match (change.event, &change.previous) {
             (EventType::Modified, Some(previous)) => match (self.matches(previous), now) {
-                (true, true) => EventType::Modified,
-                (false, true) => EventType::Added,
-                (true, false) => EventType::Deleted,
-                (false, false) => return None,
+                (true, true) => Some(EventType::Modified),
+                (false, true) => Some(EventType::Added),
+                (true, false) => Some(EventType::Deleted),
+                (false, false) => None,
             },
-            (event, _) if now => event,
-            _ => return None,
-        };
+            (event, _) if now => Some(event),
+            _ => None,
+        }
+    }
+
+    /// The encoded event a watcher sends for a change, if any. The common
+    /// case (the change as stored, in the version it was written) is encoded
+    /// once and shared by every watcher.
+    fn event_line(&self, change: &Change) -> Option<Bytes> {
+        let event = self.event_type(change)?;
+        let api_version = self.rt.api_version();
+        let as_stored = event == change.event
+            && !self.metadata_only
+            && change.object.get("apiVersion").and_then(Value::as_str)
+                == Some(api_version.as_str())
+            && change.object.get("kind").and_then(Value::as_str) == Some(self.rt.kind.as_str());
+        if as_stored {
+            let encoded = change
+                .encoded
+                .get_or_init(|| line(event.as_str(), &change.object));
+            return Some(encoded.clone());
+        }
         let mut object = change.object.clone();
-        object["apiVersion"] = json!(self.rt.api_version());
+        object["apiVersion"] = json!(api_version);
         object["kind"] = json!(self.rt.kind);
         if self.metadata_only {
             object = partial_metadata(&object);
         }
-        Some((event, object))
+        Some(line(event.as_str(), &object))
     }
 
     fn bookmark(&self, resource_version: u64, initial_events_end: bool) -> Bytes {
@@ -600,8 +620,8 @@ fn watch_stream(
         };
         let mut last_rv = start.after;
         for change in &start.initial {
-            if let Some((event, object)) = filter.event_for(change)
-                && !send(line(event.as_str(), &object)).await
+            if let Some(encoded) = filter.event_line(change)
+                && !send(encoded).await
             {
                 return;
             }
@@ -634,8 +654,8 @@ fn watch_stream(
                             continue;
                         }
                         last_rv = change.resource_version;
-                        if let Some((event, object)) = filter.event_for(&change)
-                            && !send(line(event.as_str(), &object)).await {
+                        if let Some(encoded) = filter.event_line(&change)
+                            && !send(encoded).await {
                                 return;
                             }
                     }

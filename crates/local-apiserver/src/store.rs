@@ -10,7 +10,9 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::ops::Bound;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+
+use axum::body::Bytes;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
@@ -65,6 +67,9 @@ pub struct Change {
     pub object: Value,
     /// The object before a modification (selectors turn it into ADDED/DELETED).
     pub previous: Option<Value>,
+    /// The watch-event line for this change as stored, encoded once and
+    /// shared by every watcher that sends it unchanged.
+    pub encoded: OnceLock<Bytes>,
 }
 
 /// Who writes, for managedFields and dry runs.
@@ -382,6 +387,7 @@ impl State {
                 event,
                 object: object.clone(),
                 previous,
+                encoded: OnceLock::new(),
             },
             sender,
         );
@@ -410,6 +416,7 @@ impl State {
                 event: EventType::Deleted,
                 object: object.clone(),
                 previous: None,
+                encoded: OnceLock::new(),
             },
             sender,
         );
@@ -648,6 +655,7 @@ impl Store {
                         event: EventType::Added,
                         object: object.clone(),
                         previous: None,
+                        encoded: OnceLock::new(),
                     })
                 })
                 .collect(),
