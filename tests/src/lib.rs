@@ -185,6 +185,8 @@ pub struct Env {
     /// The isolation-compiler service.
     pub isolation: Service,
     syncer: Option<JoinHandle<anyhow::Result<()>>>,
+    /// The durable decision log's URL, when the test uses one.
+    pub decision_log: Option<String>,
     /// Suffix making names unique to this run (shared real clusters).
     pub run: String,
 }
@@ -230,6 +232,11 @@ pub fn init_logs() {
 impl Env {
     /// Starts host, tenant control plane, services and the syncer.
     pub async fn start() -> anyhow::Result<Env> {
+        Self::start_with_log(None).await
+    }
+
+    /// Like [`start`](Self::start), the syncer recording into the decision log at `url`.
+    pub async fn start_with_log(decision_log: Option<String>) -> anyhow::Result<Env> {
         init_logs();
         let host = Cluster::start(HOST_KUBECONFIG).await?;
         let tenant_cp = Cluster::start(TENANT_KUBECONFIG).await?;
@@ -246,14 +253,15 @@ impl Env {
             planner,
             isolation,
             syncer: None,
+            decision_log,
             run,
         };
-        env.start_syncer()?;
+        env.start_syncer().await?;
         Ok(env)
     }
 
     /// The syncer's configuration in tests: the services on loopback, quick retries.
-    pub fn syncer_config(&self) -> anyhow::Result<Config> {
+    pub async fn syncer_config(&self) -> anyhow::Result<Config> {
         let mut config = Config::new(
             planner::connect(&self.planner.url())?,
             isolation::connect(&self.isolation.url())?,
@@ -264,12 +272,15 @@ impl Env {
         config.tuning.resync = Duration::from_secs(30);
         config.tuning.backoff_base = Duration::from_millis(100);
         config.tuning.backoff_max = Duration::from_secs(1);
+        if let Some(url) = &self.decision_log {
+            config.decision_log = Some(tenantplane_syncer::record::open_log(url).await?);
+        }
         Ok(config)
     }
 
     /// Starts the syncer (in this process).
-    pub fn start_syncer(&mut self) -> anyhow::Result<()> {
-        let config = self.syncer_config()?;
+    pub async fn start_syncer(&mut self) -> anyhow::Result<()> {
+        let config = self.syncer_config().await?;
         self.syncer = Some(tokio::spawn(tenantplane_syncer::run(config)));
         Ok(())
     }

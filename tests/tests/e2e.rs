@@ -717,7 +717,7 @@ async fn a_restarted_syncer_converges_without_duplicate_writes() {
     )
     .await
     .unwrap();
-    env.start_syncer().unwrap();
+    env.start_syncer().await.unwrap();
 
     host_object(&env, &t, "v1", "ConfigMap", &format!("late-x-{ns}"), |_| {
         true
@@ -840,4 +840,66 @@ async fn deleting_a_tenant_removes_only_what_tenantplane_owns() {
         },
     )
     .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn decisions_reach_the_durable_log_before_the_host() {
+    let path = std::env::temp_dir().join(format!(
+        "tenantplane-e2e-{}-{}.sqlite",
+        std::process::id(),
+        uuid_suffix()
+    ));
+    let url = format!("sqlite:{}", path.display());
+    let env = Env::start_with_log(Some(url.clone())).await.unwrap();
+    let t = env.create_tenant("audit", None).await.unwrap();
+    let ns = env.tenant_namespace("web").await.unwrap();
+    create(
+        &env.tenant_cp.client,
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "cfg", "namespace": ns}, "data": {}}),
+    )
+    .await
+    .unwrap();
+    create(
+        &env.tenant_cp.client,
+        pod(
+            &ns,
+            "sniffer",
+            json!({"hostNetwork": true,
+        "containers": [{"name": "app", "image": "tcpdump"}]}),
+        ),
+    )
+    .await
+    .unwrap();
+    let host = host_object(&env, &t, "v1", "ConfigMap", &format!("cfg-x-{ns}"), |_| {
+        true
+    })
+    .await;
+    let id = annotation(&host, DECISION_ID).unwrap().to_string();
+    let ev = tenant_event(&env, &ns, "sniffer", "HostNetworkForbidden").await;
+    let rejected_id = ev["note"]
+        .as_str()
+        .unwrap()
+        .rsplit("decision ")
+        .next()
+        .unwrap()
+        .trim_end_matches(')')
+        .to_string();
+    let store = tenantplane_decision_log::open(&url).await.unwrap();
+    let entry = store.get(id.clone()).await.unwrap();
+    assert!(
+        entry.is_some(),
+        "the decision {id} written on the host object is in the log"
+    );
+    let entry = store.get(rejected_id.clone()).await.unwrap();
+    assert!(entry.is_some(), "the refusal {rejected_id} is in the log");
+    let _ = std::fs::remove_file(&path);
+}
+
+fn uuid_suffix() -> String {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos()
+        .to_string()
 }

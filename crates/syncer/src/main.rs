@@ -50,6 +50,10 @@ struct Args {
     /// Re-evaluate every object this often, in seconds (writes nothing when nothing changed).
     #[arg(long, env = "TENANTPLANE_SYNCER_RESYNC_SECONDS", default_value_t = 300)]
     resync_seconds: u64,
+    /// Durable decision log: `sqlite:PATH`, a file path, or `postgres://...` (none: Events and
+    /// Tenant status only).
+    #[arg(long, env = "TENANTPLANE_DECISION_LOG")]
+    decision_log: Option<String>,
     /// Admin server address (/live, /ready).
     #[arg(
         long,
@@ -83,6 +87,9 @@ async fn main() -> anyhow::Result<()> {
         }
         None => None,
     };
+    if let Some(url) = &args.decision_log {
+        config.decision_log = Some(tenantplane_syncer::record::open_log(url).await?);
+    }
     config.concurrency = args.concurrency;
     config.host_qps = args.host_qps;
     config.host_burst = args.host_burst;

@@ -41,6 +41,32 @@ pub trait DecisionLog: Send + Sync + std::fmt::Debug + 'static {
     fn append<'a>(&'a self, decision: &'a Decision) -> BoxFuture<'a, Result<(), String>>;
 }
 
+/// The decision-log crate's group-commit appender (SQLite or PostgreSQL) as the syncer's log.
+#[derive(Debug, Clone)]
+pub struct AppenderLog(pub tenantplane_decision_log::Appender);
+
+impl DecisionLog for AppenderLog {
+    fn append<'a>(&'a self, decision: &'a Decision) -> BoxFuture<'a, Result<(), String>> {
+        Box::pin(async move {
+            self.0
+                .append(decision.clone())
+                .await
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        })
+    }
+}
+
+/// Opens the decision log at `url` (`sqlite:PATH`, a file path, or `postgres://...`) and starts
+/// its appender.
+pub async fn open_log(url: &str) -> anyhow::Result<Arc<dyn DecisionLog>> {
+    let store = tenantplane_decision_log::open(url)
+        .await
+        .map_err(|e| anyhow::anyhow!("opening the decision log {url}: {e}"))?;
+    let (appender, _task) = tenantplane_decision_log::Appender::spawn(store, Default::default());
+    Ok(Arc::new(AppenderLog(appender)))
+}
+
 /// Why a decision could not be recorded.
 #[derive(Debug, thiserror::Error)]
 #[error("the decision log refused decision {id}: {problem}")]
