@@ -22,6 +22,10 @@ struct Cli {
 enum Command {
     /// Print the CustomResourceDefinitions of Tenant, SyncPolicy and IsolationProfile.
     Crds(commands::crds::Args),
+    /// List, filter and watch the recorded sync decisions.
+    Decisions(commands::decisions::Args),
+    /// Verify, export and prune the decision log.
+    Audit(commands::audit::Args),
     /// Predict, offline, where each tenant object lands and what will be refused.
     ExplainSync(commands::explain_sync::Args),
     /// Compile an IsolationProfile for a Tenant into the host objects that enforce it, offline.
@@ -32,6 +36,8 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Crds(args) => commands::crds::run(&args),
+        Command::Decisions(args) => commands::decisions::run(&args),
+        Command::Audit(args) => commands::audit::run(&args),
         Command::ExplainSync(args) => commands::explain_sync::run(&args),
         Command::CompileIsolation(args) => commands::compile_isolation::run(&args),
     };

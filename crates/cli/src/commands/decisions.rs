@@ -1,0 +1,257 @@
+//! `tenantplane decisions`: list, filter and watch the recorded sync decisions.
+//!
+//! Reads from the DecisionLog gRPC service (`--server`, what the syncer serves) or straight
+//! from the log database (`--db`: a SQLite file or a PostgreSQL URL). Prints the newest
+//! `--limit` matching decisions oldest first, like `kubectl get events`; with `-w`, then
+//! follows new ones as they are appended, without gaps.
+
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use futures::StreamExt;
+use k8s_openapi::jiff::Timestamp;
+use tenantplane_core::decision::Outcome;
+use tenantplane_decision_log::grpc::{entry_from_proto, filter_to_proto};
+use tenantplane_decision_log::{DecisionStore, Entry, Filter, ObjectFilter, Query, entries_after};
+use tenantplane_proto::decisions::v1 as pb;
+use tenantplane_proto::decisions::v1::decision_log_client::DecisionLogClient;
+use tonic::transport::Channel;
+
+/// Arguments of `tenantplane decisions`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Address of the DecisionLog gRPC service (e.g. http://127.0.0.1:7443).
+    #[arg(long, env = "TENANTPLANE_DECISIONS_SERVER", conflicts_with = "db")]
+    server: Option<String>,
+    /// Read the log database directly: a SQLite file path (or sqlite:PATH) or a postgres:// URL.
+    #[arg(long, env = "TENANTPLANE_DECISION_LOG")]
+    db: Option<String>,
+    /// Only this tenant.
+    #[arg(long)]
+    tenant: Option<String>,
+    /// Only this tenant object: KIND/NAMESPACE/NAME, NAMESPACE/NAME or NAME (empty or * parts match all).
+    #[arg(long)]
+    subject: Option<String>,
+    /// Only this host object: KIND/NAMESPACE/NAME, NAMESPACE/NAME or NAME.
+    #[arg(long)]
+    host: Option<String>,
+    /// Only these outcomes (repeat or comma-separate: Rejected,Conflict).
+    #[arg(long, value_delimiter = ',')]
+    outcome: Vec<Outcome>,
+    /// Only decisions of this SyncPolicy rule.
+    #[arg(long)]
+    rule: Option<String>,
+    /// Only decisions taken at or after this time (RFC 3339).
+    #[arg(long)]
+    since: Option<Timestamp>,
+    /// Only decisions taken before this time (RFC 3339).
+    #[arg(long)]
+    until: Option<Timestamp>,
+    /// How many of the newest matching decisions to print.
+    #[arg(long, default_value_t = 50)]
+    limit: u32,
+    /// After printing, watch for new decisions.
+    #[arg(short, long)]
+    watch: bool,
+    /// Output format.
+    #[arg(short, long, value_enum, default_value = "table")]
+    output: Format,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Format {
+    /// Aligned columns.
+    Table,
+    /// JSON (one entry a line when watching).
+    Json,
+    /// YAML documents.
+    Yaml,
+}
+
+/// Where entries come from.
+enum Source {
+    Grpc(DecisionLogClient<Channel>),
+    Store(Arc<dyn DecisionStore>),
+}
+
+/// Runs `tenantplane decisions`.
+pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(run_async(args))
+}
+
+async fn run_async(args: &Args) -> anyhow::Result<ExitCode> {
+    let filter = Filter {
+        tenant: args.tenant.clone(),
+        subject: args
+            .subject
+            .as_deref()
+            .map(ObjectFilter::parse)
+            .unwrap_or_default(),
+        host: args
+            .host
+            .as_deref()
+            .map(ObjectFilter::parse)
+            .unwrap_or_default(),
+        outcomes: args.outcome.clone(),
+        rule: args.rule.clone(),
+        since: args.since,
+        until: args.until,
+    };
+    let mut source = match (&args.server, &args.db) {
+        (Some(addr), _) => Source::Grpc(
+            DecisionLogClient::connect(addr.clone())
+                .await
+                .with_context(|| format!("connecting to {addr}"))?,
+        ),
+        (None, Some(db)) => Source::Store(super::audit::open_existing(db).await?),
+        (None, None) => bail!("give --server (the syncer's DecisionLog address) or --db"),
+    };
+    let mut newest = newest(&mut source, &filter, args.limit).await?;
+    newest.reverse();
+    let last = newest.last().map(|e| e.sequence);
+    if args.output == Format::Json && !args.watch {
+        println!("{}", serde_json::to_string_pretty(&newest)?);
+    } else {
+        let mut printer = Printer::new(args.output);
+        for e in &newest {
+            printer.print(e)?;
+        }
+        if args.watch {
+            follow(&mut source, &filter, last, &mut printer).await?;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The newest `limit` matching entries, newest first.
+async fn newest(source: &mut Source, filter: &Filter, limit: u32) -> anyhow::Result<Vec<Entry>> {
+    Ok(match source {
+        Source::Store(store) => {
+            let mut query = Query::new(filter.clone(), limit);
+            query.newest_first = true;
+            store.query(query).await?.entries
+        }
+        Source::Grpc(client) => client
+            .query(pb::QueryRequest {
+                filter: Some(filter_to_proto(filter)),
+                page_size: limit,
+                page_token: String::new(),
+                newest_first: true,
+            })
+            .await?
+            .into_inner()
+            .entries
+            .iter()
+            .map(entry_from_proto)
+            .collect::<Result<_, _>>()?,
+    })
+}
+
+/// Prints matching entries after `last` as they are appended, until interrupted.
+async fn follow(
+    source: &mut Source,
+    filter: &Filter,
+    last: Option<u64>,
+    printer: &mut Printer,
+) -> anyhow::Result<()> {
+    match source {
+        Source::Grpc(client) => {
+            let start = last.map(pb::watch_request::Start::AfterSequence);
+            let mut stream = client
+                .watch(pb::WatchRequest {
+                    filter: Some(filter_to_proto(filter)),
+                    start,
+                })
+                .await?
+                .into_inner();
+            while let Some(entry) = stream.next().await {
+                printer.print(&entry_from_proto(&entry?)?)?;
+            }
+            Ok(())
+        }
+        Source::Store(store) => {
+            // Another process appends: poll by sequence, which never skips one.
+            let mut after = match last {
+                Some(s) => s,
+                None => store.head().await?.sequence,
+            };
+            loop {
+                let entries = entries_after(&**store, after, 500).await?;
+                if entries.is_empty() {
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+                for e in entries {
+                    after = e.sequence;
+                    if filter.matches(&e.decision) {
+                        printer.print(&e)?;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Prints entries one at a time in the chosen format.
+struct Printer {
+    format: Format,
+    header: bool,
+}
+
+impl Printer {
+    fn new(format: Format) -> Printer {
+        Printer {
+            format,
+            header: false,
+        }
+    }
+
+    fn print(&mut self, e: &Entry) -> anyhow::Result<()> {
+        match self.format {
+            Format::Json => println!("{}", serde_json::to_string(e)?),
+            Format::Yaml => print!("---\n{}", serde_norway::to_string(e)?),
+            Format::Table => {
+                if !self.header {
+                    self.header = true;
+                    println!(
+                        "{:<8} {:<30} {:<16} {:<10} {:<40} {:<40} {:<20} REASON",
+                        "SEQ", "TIME", "TENANT", "OUTCOME", "SUBJECT", "HOST", "RULE"
+                    );
+                }
+                let d = &e.decision;
+                let subject = format!(
+                    "{}/{}/{}",
+                    d.subject.kind, d.subject.namespace, d.subject.name
+                );
+                let host = d
+                    .target
+                    .as_ref()
+                    .map_or("-".to_string(), |t| format!("{}/{}", t.namespace, t.name));
+                let rule = d
+                    .policy
+                    .as_ref()
+                    .map(|p| match &p.rule {
+                        Some(r) => format!("{}/{r}", p.name),
+                        None => format!("{}/(default)", p.name),
+                    })
+                    .unwrap_or_else(|| "-".to_string());
+                println!(
+                    "{:<8} {:<30} {:<16} {:<10} {:<40} {:<40} {:<20} {}",
+                    e.sequence,
+                    d.time.to_string(),
+                    d.tenant,
+                    d.outcome.as_str(),
+                    subject,
+                    host,
+                    rule,
+                    d.reason
+                );
+            }
+        }
+        Ok(())
+    }
+}
