@@ -49,10 +49,17 @@ fn main() {
             writeln!(f, "---\n{}", serde_norway::to_string(o).unwrap()).unwrap();
         }
     }
-    std::fs::write(&json_path, serde_json::to_vec(&json!({"apiVersion": "v1", "kind": "List", "items": objects})).unwrap()).unwrap();
+    std::fs::write(
+        &json_path,
+        serde_json::to_vec(&json!({"apiVersion": "v1", "kind": "List", "items": objects})).unwrap(),
+    )
+    .unwrap();
 
     println!("explain-sync over {OBJECTS} objects (median of {RUNS} runs)");
-    println!("{:<6} {:>12} {:>14} {:>12} {:>8}", "format", "explain-sync", "objects/s", "parse only", "ratio");
+    println!(
+        "{:<6} {:>12} {:>14} {:>12} {:>8}",
+        "format", "explain-sync", "objects/s", "parse only", "ratio"
+    );
     for (format, path) in [("yaml", &yaml_path), ("json", &json_path)] {
         let explain = median(
             (0..RUNS)

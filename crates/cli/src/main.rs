@@ -8,6 +8,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod commands;
+mod host_cluster;
 mod input;
 
 /// tenantplane: auditable multi-tenancy for Kubernetes.

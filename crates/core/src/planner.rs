@@ -236,6 +236,11 @@ impl HostState {
         ))
     }
 
+    /// Every host object, in no particular order.
+    pub fn iter(&self) -> impl Iterator<Item = &HostObjectMeta> {
+        self.objects.values()
+    }
+
     /// Number of host objects.
     pub fn len(&self) -> usize {
         self.objects.len()

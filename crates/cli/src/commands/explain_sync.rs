@@ -14,12 +14,14 @@ use std::process::ExitCode;
 use anyhow::Context;
 use serde::Serialize;
 use tenantplane_api::Tenant;
+use tenantplane_client::{ClientConfig, PlannerClient};
 use tenantplane_core::collision::HostObjectMeta;
 use tenantplane_core::decision::Stamp;
 use tenantplane_core::documents::Origin;
 use tenantplane_core::planner::HostState;
 use tenantplane_core::{CompiledPolicy, Decision, Outcome, Plan, Planner, TenantObject};
 
+use crate::host_cluster;
 use crate::input::{self, OutputFormat};
 
 /// Component name recorded in the decisions explain-sync prints.
@@ -43,6 +45,20 @@ pub struct Args {
     /// Current host objects (files or directories), to predict collisions at the target names.
     #[arg(long = "host", value_name = "PATH")]
     pub host: Vec<PathBuf>,
+
+    /// Read the current host objects from a live host cluster instead (read-only: it only lists
+    /// object metadata in the tenant's host namespace, for the kinds of the inputs).
+    #[arg(long, value_name = "FILE", conflicts_with = "host")]
+    pub host_kubeconfig: Option<PathBuf>,
+
+    /// Context of --host-kubeconfig to use (its current context by default).
+    #[arg(long, value_name = "NAME", requires = "host_kubeconfig")]
+    pub host_context: Option<String>,
+
+    /// Ask a running planner service (`host:port` or URL) instead of planning in process; the
+    /// output is the same, only the decisions' component and ids differ.
+    #[arg(long, value_name = "ADDR", env = "TENANTPLANE_PLANNER")]
+    pub planner: Option<String>,
 
     /// Output format.
     #[arg(short = 'o', long = "output", value_enum, default_value_t = OutputFormat::Table)]
@@ -98,18 +114,50 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         Some(path) => input::read_resource::<Tenant>(path)?,
         None => default_tenant(),
     };
-    let policy = match &args.policy {
-        Some(path) => {
-            let text = input::read_text(path)?;
-            CompiledPolicy::from_yaml(&text)
-                .with_context(|| format!("SyncPolicy {}", path.display()))?
-        }
-        None => CompiledPolicy::builtin_default(),
+    let policy_text = args.policy.as_deref().map(input::read_text).transpose()?;
+    let policy = match (&policy_text, &args.policy) {
+        (Some(text), Some(path)) => CompiledPolicy::from_yaml(text)
+            .with_context(|| format!("SyncPolicy {}", path.display()))?,
+        _ => CompiledPolicy::builtin_default(),
     };
-    let host = read_host_state(&args.host)?;
     let planner = Planner::new(&tenant, policy);
+    let documents = input::read_documents(&args.inputs)?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let host = match &args.host_kubeconfig {
+        Some(kubeconfig) => {
+            let kinds = documents
+                .iter()
+                .filter_map(|(_, d)| d.as_ref().ok())
+                .filter_map(|v| {
+                    Some((
+                        v.get("apiVersion")?.as_str()?.to_string(),
+                        v.get("kind")?.as_str()?.to_string(),
+                    ))
+                })
+                .collect();
+            runtime.block_on(host_cluster::read(
+                kubeconfig,
+                args.host_context.as_deref(),
+                planner.host_namespace(),
+                &kinds,
+            ))?
+        }
+        None => read_host_state(&args.host)?,
+    };
 
-    let results = explain(&planner, &host, input::read_documents(&args.inputs)?);
+    let objects = tenant_objects(documents);
+    let results = match &args.planner {
+        None => explain(&planner, &host, objects),
+        Some(address) => runtime.block_on(explain_remote(
+            address,
+            &tenant,
+            policy_text.as_deref(),
+            &host,
+            objects,
+        ))?,
+    };
     let mut out = std::io::stdout().lock();
     match args.output {
         OutputFormat::Table => {
@@ -129,42 +177,99 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     })
 }
 
-/// Plans every document, in input order.
-pub fn explain(
-    planner: &Planner,
-    host: &HostState,
+/// A document read as a tenant object, or why it cannot be one; with its origin.
+pub type ObjectInput = (String, Result<TenantObject, InputError>);
+
+/// Reads each document's identity; unusable documents keep their error.
+pub fn tenant_objects(
     documents: Vec<(Origin, Result<serde_json::Value, InputError>)>,
-) -> Vec<Explained> {
+) -> Vec<ObjectInput> {
     documents
         .into_iter()
         .map(|(origin, value)| {
-            let origin_text = origin.to_string();
             let object = value.and_then(|v| {
                 TenantObject::from_value(v).map_err(|e| InputError {
                     field: e.field().to_string(),
                     problem: e.to_string(),
                 })
             });
-            match object {
-                Ok(object) => {
-                    let plan = planner
-                        .plan_all([&object], host)
-                        .next()
-                        .expect("one plan per object");
-                    let decision =
-                        plan.to_decision(planner.tenant(), &object, Stamp::now(COMPONENT));
-                    Explained {
-                        origin: origin_text,
-                        planned: Some(Planned { decision, plan }),
-                        error: None,
-                    }
-                }
-                Err(error) => Explained {
-                    origin: origin_text,
-                    planned: None,
-                    error: Some(error),
-                },
-            }
+            (origin.to_string(), object)
+        })
+        .collect()
+}
+
+/// Plans every object in process, in input order.
+pub fn explain(planner: &Planner, host: &HostState, objects: Vec<ObjectInput>) -> Vec<Explained> {
+    let planned = objects
+        .iter()
+        .filter_map(|(_, o)| o.as_ref().ok())
+        .map(|object| {
+            let plan = planner
+                .plan_all([object], host)
+                .next()
+                .expect("one plan per object");
+            let decision = plan.to_decision(planner.tenant(), object, Stamp::now(COMPONENT));
+            Planned { decision, plan }
+        });
+    assemble(
+        objects
+            .iter()
+            .map(|(origin, o)| (origin.clone(), o.as_ref().err())),
+        planned,
+    )
+}
+
+/// Plans every object on a planner service, in input order.
+async fn explain_remote(
+    address: &str,
+    tenant: &Tenant,
+    policy: Option<&str>,
+    host: &HostState,
+    objects: Vec<ObjectInput>,
+) -> anyhow::Result<Vec<Explained>> {
+    let mut client = PlannerClient::connect(&ClientConfig::new(address))
+        .await
+        .with_context(|| format!("connecting to the planner at {address}"))?;
+    let valid: Vec<TenantObject> = objects
+        .iter()
+        .filter_map(|(_, o)| o.as_ref().ok().cloned())
+        .collect();
+    let host: Vec<HostObjectMeta> = host.iter().cloned().collect();
+    let planned = client
+        .plan(tenant, policy, &valid, &host)
+        .await
+        .with_context(|| format!("planning on the planner at {address}"))?;
+    Ok(assemble(
+        objects
+            .iter()
+            .map(|(origin, o)| (origin.clone(), o.as_ref().err())),
+        planned.into_iter().map(|p| Planned {
+            decision: p.decision,
+            plan: p.plan,
+        }),
+    ))
+}
+
+/// Puts plans (one per usable document, in order) back beside the unusable documents.
+fn assemble<'a>(
+    documents: impl Iterator<Item = (String, Option<&'a InputError>)>,
+    mut planned: impl Iterator<Item = Planned>,
+) -> Vec<Explained> {
+    documents
+        .map(|(origin, error)| match error {
+            Some(e) => Explained {
+                origin,
+                planned: None,
+                error: Some(InputError {
+                    field: e.field.clone(),
+                    problem: e.problem.clone(),
+                }),
+            },
+            None => Explained {
+                origin,
+                planned: planned.next(),
+                error: None,
+            },
         })
         .collect()
 }

@@ -1,0 +1,67 @@
+//! Reading the current host state from a live cluster, read-only, for collision prediction:
+//! the metadata of every object of the input kinds in the tenant's host namespace.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+
+use anyhow::Context;
+use kube::api::{Api, DynamicObject, ListParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::core::GroupVersionKind;
+use tenantplane_core::collision::HostObjectMeta;
+use tenantplane_core::planner::HostState;
+
+/// Lists, with `list` on metadata only, the objects of each `(apiVersion, kind)` in `namespace`.
+/// A kind the host cluster does not serve has no objects there, so it is skipped.
+pub async fn read(
+    kubeconfig: &Path,
+    context: Option<&str>,
+    namespace: &str,
+    kinds: &BTreeSet<(String, String)>,
+) -> anyhow::Result<HostState> {
+    let config = Kubeconfig::read_from(kubeconfig)
+        .with_context(|| format!("reading kubeconfig {}", kubeconfig.display()))?;
+    let options = KubeConfigOptions {
+        context: context.map(str::to_string),
+        ..Default::default()
+    };
+    let config = kube::Config::from_custom_kubeconfig(config, &options)
+        .await
+        .with_context(|| format!("kubeconfig {}", kubeconfig.display()))?;
+    let cluster = config.cluster_url.clone();
+    let client = kube::Client::try_from(config).context("building the host cluster client")?;
+    let mut host = HostState::default();
+    for (api_version, kind) in kinds {
+        let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+        let gvk = GroupVersionKind::gvk(group, version, kind);
+        let (resource, _) = match kube::discovery::pinned_kind(&client, &gvk).await {
+            Ok(found) => found,
+            // Not served by the host cluster: nothing of that kind can be at a target name.
+            Err(kube::Error::Discovery(_)) => continue,
+            Err(kube::Error::Api(status)) if status.is_not_found() => continue,
+            Err(e) => {
+                return Err(e).with_context(|| {
+                    format!("discovering {api_version} {kind} on the host cluster {cluster}")
+                });
+            }
+        };
+        let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &resource);
+        let list = api
+            .list_metadata(&ListParams::default())
+            .await
+            .with_context(|| {
+                format!("listing {kind} in {namespace} on the host cluster {cluster}")
+            })?;
+        for item in list.items {
+            host.insert(HostObjectMeta {
+                api_version: api_version.clone(),
+                kind: kind.clone(),
+                namespace: namespace.to_string(),
+                name: item.metadata.name.unwrap_or_default(),
+                labels: item.metadata.labels.unwrap_or_default(),
+                annotations: item.metadata.annotations.unwrap_or_default(),
+            });
+        }
+    }
+    Ok(host)
+}
