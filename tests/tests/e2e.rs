@@ -903,3 +903,61 @@ fn uuid_suffix() -> String {
         .as_nanos()
         .to_string()
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_custom_resource_named_by_a_policy_rule_is_synced() {
+    let env = Env::start().await.unwrap();
+    let crd = json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "widgets.example.com"},
+        "spec": {"group": "example.com", "scope": "Namespaced",
+            "names": {"plural": "widgets", "singular": "widget", "kind": "Widget", "listKind": "WidgetList"},
+            "versions": [{"name": "v1", "served": true, "storage": true,
+                "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]}});
+    for c in [&env.host.client, &env.tenant_cp.client] {
+        match create(c, crd.clone()).await {
+            Ok(_) => {}
+            Err(e) if e.to_string().contains("already exists") => {}
+            Err(e) => panic!("{e}"),
+        }
+    }
+    let policy = env.name("widgets");
+    create(&env.host.client, json!({"apiVersion": "tenantplane.io/v1alpha1", "kind": "SyncPolicy",
+        "metadata": {"name": policy},
+        "spec": {"rules": [{"name": "widgets", "match": {"groups": ["example.com"], "kinds": ["Widget"]},
+                            "action": "Sync", "reason": "WidgetsAllowed"}],
+                 "default": {"action": "Skip", "reason": "NotSyncedByPolicy"}}}))
+        .await
+        .unwrap();
+    let t = env.name("crd");
+    create(&env.host.client, json!({"apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": format!("{t}-kubeconfig"), "namespace": tenantplane_e2e::SYSTEM_NAMESPACE},
+        "stringData": {"config": env.tenant_cp.kubeconfig}}))
+        .await
+        .unwrap();
+    create(&env.host.client, json!({"apiVersion": "tenantplane.io/v1alpha1", "kind": "Tenant",
+        "metadata": {"name": t},
+        "spec": {"syncPolicyRef": policy, "controlPlane": {"kubeconfigSecret": {
+            "namespace": tenantplane_e2e::SYSTEM_NAMESPACE, "name": format!("{t}-kubeconfig"), "key": "config"}}}}))
+        .await
+        .unwrap();
+    let ns = env.tenant_namespace("lab").await.unwrap();
+    create(
+        &env.tenant_cp.client,
+        json!({"apiVersion": "example.com/v1", "kind": "Widget",
+        "metadata": {"name": "w1", "namespace": ns}, "spec": {"size": 3}}),
+    )
+    .await
+    .unwrap();
+    let w = host_object(
+        &env,
+        &t,
+        "example.com/v1",
+        "Widget",
+        &format!("w1-x-{ns}"),
+        |_| true,
+    )
+    .await;
+    assert_eq!(w["spec"]["size"], 3);
+    let ev = tenant_event(&env, &ns, "w1", "WidgetsAllowed").await;
+    assert_eq!(ev["type"], "Normal");
+}

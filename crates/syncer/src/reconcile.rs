@@ -522,6 +522,33 @@ mod tests {
     }
 
     #[test]
+    fn a_host_object_of_an_earlier_incarnation_is_deleted_first() {
+        let p = planner();
+        let old = cm("a");
+        let created = reconcile_present(&tenant(), &old, &p.plan(&old, None), None, stamp());
+        let host = landed(created.write.as_ref().unwrap());
+        let mut recreated = cm("a");
+        recreated.identity.uid = "u2".into();
+        recreated.object["metadata"]["uid"] = json!("u2");
+        let step = reconcile_present(
+            &tenant(),
+            &recreated,
+            &p.plan(&recreated, None),
+            Some(&host),
+            stamp(),
+        );
+        assert_eq!(step.decision.outcome, Outcome::Deleted);
+        assert_eq!(step.decision.reason, "SourceRecreated");
+        assert_eq!(
+            step.write,
+            Some(HostWrite::Delete {
+                name: "cfg-x-web".into(),
+                uid: Some("host-uid".into())
+            })
+        );
+    }
+
+    #[test]
     fn status_flows_up_from_our_host_object() {
         let p = planner();
         let o = TenantObject::from_value(json!({"apiVersion": "v1", "kind": "Pod",
