@@ -1164,3 +1164,58 @@ async fn foreground_deletion_waits_for_blocking_dependents() {
     .await;
     target.cleanup(&ns).await;
 }
+
+#[tokio::test]
+async fn dry_run_and_server_defaults() {
+    use k8s_openapi::api::core::v1::{Secret, Service};
+    let target = Target::start().await;
+    let ns = target.namespace().await;
+
+    let cms: Api<ConfigMap> = Api::namespaced(target.client.clone(), &ns);
+    let dry = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    let preview = cms
+        .create(&dry, &config_map("dry", &[("k", "v")], &[]))
+        .await
+        .unwrap();
+    assert_eq!(preview.name_any(), "dry");
+    assert!(
+        cms.get_opt("dry").await.unwrap().is_none(),
+        "a dry run stores nothing"
+    );
+
+    let secrets: Api<Secret> = Api::namespaced(target.client.clone(), &ns);
+    let secret: Secret =
+        serde_json::from_value(json!({"metadata": {"name": "s"}, "stringData": {"user": "admin"}}))
+            .unwrap();
+    let stored = secrets
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap();
+    assert_eq!(stored.type_.as_deref(), Some("Opaque"));
+    assert_eq!(stored.data.unwrap()["user"].0, b"admin");
+    assert!(stored.string_data.is_none(), "stringData is write-only");
+
+    let services: Api<Service> = Api::namespaced(target.client.clone(), &ns);
+    let service: Service = serde_json::from_value(json!({
+        "metadata": {"name": "web"},
+        "spec": {"selector": {"app": "web"}, "ports": [{"port": 80}]}
+    }))
+    .unwrap();
+    let stored = services
+        .create(&PostParams::default(), &service)
+        .await
+        .unwrap();
+    let spec = stored.spec.unwrap();
+    assert_eq!(spec.type_.as_deref(), Some("ClusterIP"));
+    assert!(
+        spec.cluster_ip
+            .is_some_and(|ip| !ip.is_empty() && ip != "None")
+    );
+    let port = &spec.ports.unwrap()[0];
+    assert_eq!(port.protocol.as_deref(), Some("TCP"));
+    assert!(port.target_port.is_some());
+    target.cleanup(&ns).await;
+}
