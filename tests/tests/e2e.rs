@@ -441,9 +441,29 @@ async fn a_host_network_pod_is_rejected_and_recorded() {
     )
     .await
     .unwrap();
+    // The Endpoints of a selector Service belong to the endpoints controllers on both sides.
+    create(
+        c,
+        json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web", "namespace": ns},
+        "spec": {"selector": {"app": "web"}, "ports": [{"port": 80}]}}),
+    )
+    .await
+    .unwrap();
+    create(c, json!({"apiVersion": "v1", "kind": "Endpoints", "metadata": {"name": "web", "namespace": ns},
+        "subsets": [{"addresses": [{"ip": "10.1.1.1"}], "ports": [{"port": 80}]}]}))
+        .await
+        .unwrap();
     let ev = tenant_event(&env, &ns, "sniffer", "HostNetworkForbidden").await;
     assert_eq!(ev["type"], "Warning");
     assert_eq!(ev["action"], "Rejected");
+    let ev = eventually("a Skipped event on the Endpoints", || async {
+        events_regarding(&env.tenant_cp.client, &ns, "web")
+            .await
+            .into_iter()
+            .find(|e| e["reason"] == "EndpointsOfSelectorService")
+    })
+    .await;
+    assert_eq!(ev["action"], "Skipped");
     let ev = tenant_event(&env, &ns, "tok", "ServiceAccountTokenSecretForbidden").await;
     assert_eq!(ev["type"], "Warning");
     count_at_least(&env, &t, "rejected", 2).await;

@@ -194,6 +194,8 @@ struct Worker {
     tenant_client: Client,
     tenant_limiter: RateLimiter,
     attempts: Mutex<HashMap<Key, u32>>,
+    service_kind: Option<usize>,
+    endpoints_kind: Option<usize>,
 }
 
 /// Starts the runtime of one tenant.
@@ -236,6 +238,12 @@ pub async fn start(
         queue: crate::queue::WorkQueue::new(),
         tenant_limiter: RateLimiter::new(tuning.tenant_qps, tuning.tenant_burst),
         attempts: Mutex::new(HashMap::new()),
+        service_kind: kinds
+            .iter()
+            .position(|(ar, _)| ar.group.is_empty() && ar.kind == "Service"),
+        endpoints_kind: kinds
+            .iter()
+            .position(|(ar, _)| ar.group.is_empty() && ar.kind == "Endpoints"),
         tenant,
     });
 
@@ -249,11 +257,25 @@ pub async fn start(
                 .boxed();
             while let Some(event) = events.next().await {
                 match event {
-                    Ok(obj) => w.queue.push(Key {
-                        kind: index,
-                        namespace: obj.namespace().unwrap_or_default(),
-                        name: obj.name_any(),
-                    }),
+                    Ok(obj) => {
+                        let namespace = obj.namespace().unwrap_or_default();
+                        let name = obj.name_any();
+                        // A Service decides whether its Endpoints are synced: look at them again.
+                        if let Some(endpoints) =
+                            w.endpoints_kind.filter(|_| Some(index) == w.service_kind)
+                        {
+                            w.queue.push(Key {
+                                kind: endpoints,
+                                namespace: namespace.clone(),
+                                name: name.clone(),
+                            });
+                        }
+                        w.queue.push(Key {
+                            kind: index,
+                            namespace,
+                            name,
+                        });
+                    }
                     Err(e) => {
                         tracing::warn!(tenant = %w.placement.tenant, error = %e, "tenant watch")
                     }
@@ -486,6 +508,32 @@ impl Worker {
             .await;
     }
 
+    /// Whether the tenant Service of this name selects pods: its Endpoints are then the tenant's
+    /// endpoints controller's, and on the host the host's endpoints controller keeps the
+    /// Endpoints of the host Service; syncing them would only collide.
+    fn endpoints_of_selector_service(&self, key: &Key) -> bool {
+        let ar = &self.kinds[key.kind].ar;
+        if !(ar.group.is_empty() && ar.kind == "Endpoints") {
+            return false;
+        }
+        let Some(service) = self
+            .kinds
+            .iter()
+            .find(|k| k.ar.group.is_empty() && k.ar.kind == "Service")
+        else {
+            return false;
+        };
+        service
+            .tenant
+            .get(&ObjectRef::new_with(&key.name, service.ar.clone()).within(&key.namespace))
+            .is_some_and(|svc| {
+                svc.data
+                    .pointer("/spec/selector")
+                    .and_then(Value::as_object)
+                    .is_some_and(|s| !s.is_empty())
+            })
+    }
+
     async fn reconcile_present(
         &self,
         key: &Key,
@@ -493,6 +541,22 @@ impl Worker {
         plan: &tenantplane_core::Plan,
     ) {
         let kind = &self.kinds[key.kind];
+        let mut plan = plan.clone();
+        if plan.verdict.action == tenantplane_api::SyncAction::Sync
+            && self.endpoints_of_selector_service(key)
+        {
+            plan.verdict.action = tenantplane_api::SyncAction::Skip;
+            plan.verdict.reason = "EndpointsOfSelectorService".into();
+            plan.verdict.message = "the Service selects pods: the host's endpoints controller \
+                                    keeps the host Service's Endpoints"
+                .into();
+            plan.outcome = Outcome::Skipped;
+            plan.action = tenantplane_core::decision::HostAction::None;
+            plan.reason = plan.verdict.reason.clone();
+            plan.message = plan.verdict.message.clone();
+            plan.collision = None;
+        }
+        let plan = &plan;
         let cached = self.host_cached(key.kind, &plan.placement.name);
         let mut step = reconcile::reconcile_present(
             &self.placement,
