@@ -1,0 +1,164 @@
+//! `tenantplane audit verify|export|retain` and `tenantplane decisions --db` on a real SQLite
+//! log: exit statuses, the first broken link, and the output formats.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use k8s_openapi::jiff::Timestamp;
+use tenantplane_core::decision::{Decision, HostAction, HostTarget, Outcome, Subject};
+
+fn decision(i: usize) -> Decision {
+    Decision {
+        id: tenantplane_core::decision::new_decision_id(),
+        time: Timestamp::now(),
+        tenant: format!("tenant-{}", i % 2),
+        subject: Subject {
+            api_version: "v1".into(),
+            kind: "Pod".into(),
+            namespace: "default".into(),
+            name: format!("web-{i}"),
+            uid: String::new(),
+            resource_version: String::new(),
+        },
+        target: Some(HostTarget {
+            api_version: "v1".into(),
+            kind: "Pod".into(),
+            namespace: format!("tenant-{}", i % 2),
+            name: format!("web-{i}-x-default"),
+        }),
+        outcome: if i % 3 == 0 {
+            Outcome::Rejected
+        } else {
+            Outcome::Synced
+        },
+        action: HostAction::Create,
+        policy: None,
+        profile: None,
+        reason: "Test".into(),
+        message: format!("decision {i}"),
+        field_path: None,
+        stripped_keys: vec![],
+        input_digest: "sha256:00".into(),
+        mapping_version: "v1".into(),
+        component: "test".into(),
+        component_version: "0".into(),
+        trace_id: None,
+        span_id: None,
+    }
+}
+
+fn make_log(path: &Path, n: usize) {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let store = tenantplane_decision_log::open(&path.display().to_string())
+            .await
+            .unwrap();
+        store
+            .append_batch((0..n).map(decision).collect())
+            .await
+            .unwrap();
+    });
+}
+
+fn tenantplane(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_tenantplane"))
+        .args(args)
+        .env_remove("TENANTPLANE_DECISION_LOG")
+        .env_remove("TENANTPLANE_DECISIONS_SERVER")
+        .output()
+        .unwrap()
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+#[test]
+fn audit_verify_export_and_retain_on_a_sqlite_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("decisions.db");
+    make_log(&db, 12);
+    let db = db.display().to_string();
+
+    let ok = tenantplane(&["audit", "verify", "--db", &db]);
+    assert!(ok.status.success(), "{ok:?}");
+    assert!(
+        stdout(&ok).starts_with("ok: 12 links verified"),
+        "{}",
+        stdout(&ok)
+    );
+
+    let export = dir.path().join("log.jsonl").display().to_string();
+    let out = tenantplane(&["audit", "export", "--db", &db, "-f", &export]);
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        tenantplane(&["audit", "verify", "--file", &export])
+            .status
+            .success()
+    );
+
+    // Edit the message of link 4 in the export: verify names it and exits 1.
+    let text = std::fs::read_to_string(&export).unwrap();
+    std::fs::write(&export, text.replace("decision 3\"", "decision 33\"")).unwrap();
+    let broken = tenantplane(&["audit", "verify", "--file", &export]);
+    assert_eq!(broken.status.code(), Some(1));
+    assert!(
+        stdout(&broken).contains("link 4 does not match its hash"),
+        "{}",
+        stdout(&broken)
+    );
+
+    let reports = tenantplane(&["audit", "export", "--db", &db, "--format", "policy-report"]);
+    let yaml = stdout(&reports);
+    assert_eq!(yaml.matches("kind: PolicyReport").count(), 2, "{yaml}");
+
+    let retained = tenantplane(&["audit", "retain", "--db", &db, "--max-links", "5"]);
+    assert!(
+        stdout(&retained).starts_with("removed 7 decisions"),
+        "{retained:?}"
+    );
+    let after = tenantplane(&["audit", "verify", "--db", &db]);
+    assert!(after.status.success(), "{after:?}");
+
+    let missing = tenantplane(&["audit", "verify", "--db", "/nonexistent/decisions.db"]);
+    assert_eq!(missing.status.code(), Some(2));
+}
+
+#[test]
+fn decisions_filters_a_sqlite_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("decisions.db");
+    make_log(&db, 12);
+    let db = db.display().to_string();
+
+    let json = tenantplane(&[
+        "decisions",
+        "--db",
+        &db,
+        "--tenant",
+        "tenant-0",
+        "--outcome",
+        "Rejected",
+        "-o",
+        "json",
+    ]);
+    assert!(json.status.success(), "{json:?}");
+    let entries: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    // tenant-0 holds 0, 2, ..., 10; Rejected are multiples of 3: 0 and 6, oldest first.
+    let messages: Vec<&str> = entries
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["decision"]["message"].as_str().unwrap())
+        .collect();
+    assert_eq!(messages, vec!["decision 0", "decision 6"]);
+
+    let table = tenantplane(&["decisions", "--db", &db, "--subject", "Pod/default/web-5"]);
+    let text = stdout(&table);
+    assert!(text.starts_with("SEQ"), "{text}");
+    assert_eq!(text.lines().count(), 2, "{text}");
+    assert!(text.contains("tenant-1/web-5-x-default"), "{text}");
+}
