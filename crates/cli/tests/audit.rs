@@ -26,7 +26,7 @@ fn decision(i: usize) -> Decision {
             namespace: format!("tenant-{}", i % 2),
             name: format!("web-{i}-x-default"),
         }),
-        outcome: if i % 3 == 0 {
+        outcome: if i.is_multiple_of(3) {
             Outcome::Rejected
         } else {
             Outcome::Synced
