@@ -1,0 +1,179 @@
+//! Decision log throughput: appends/s through the group-commit appender, then query latency by
+//! subject, by host object and by id, on a log of `--records` decisions.
+//!
+//! ```text
+//! cargo bench -p tenantplane-decision-log --bench throughput -- [--records N] [--callers N] [--url URL]
+//! ```
+//!
+//! Defaults: 1,000,000 records, 512 concurrent callers each awaiting its own `append` (as syncer
+//! workers do), a fresh SQLite file in a temporary directory. `--url postgres://...` measures
+//! a PostgreSQL database instead (it should be empty). Prints one line per figure.
+
+#[path = "../tests/common/mod.rs"]
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use tenantplane_decision_log::{
+    Appender, AppenderConfig, DecisionStore, Filter, ObjectFilter, Query, open,
+};
+
+struct Options {
+    records: u64,
+    callers: u64,
+    url: Option<String>,
+}
+
+fn options() -> Options {
+    let mut o = Options {
+        records: 1_000_000,
+        callers: 512,
+        url: None,
+    };
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        match a.as_str() {
+            "--records" => {
+                o.records = args
+                    .next()
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(o.records)
+            }
+            "--callers" => {
+                o.callers = args
+                    .next()
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(o.callers)
+            }
+            "--url" => o.url = args.next(),
+            // `cargo bench` passes --bench; anything else is ignored too.
+            _ => {}
+        }
+    }
+    o
+}
+
+#[tokio::main]
+async fn main() {
+    let o = options();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let url = o
+        .url
+        .clone()
+        .unwrap_or_else(|| format!("sqlite:{}", dir.path().join("bench.db").display()));
+    let store = open(&url).await.expect("open the log");
+    let backend = if url.starts_with("postgres") {
+        "postgres"
+    } else {
+        "sqlite"
+    };
+    println!(
+        "backend {backend}, {} records, {} concurrent callers",
+        o.records, o.callers
+    );
+
+    let (appender, task) = Appender::spawn(store.clone(), AppenderConfig::default());
+    let next = Arc::new(AtomicU64::new(0));
+    let started = Instant::now();
+    let callers: Vec<_> = (0..o.callers)
+        .map(|_| {
+            let appender = appender.clone();
+            let next = next.clone();
+            let records = o.records;
+            tokio::spawn(async move {
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    if i >= records {
+                        return;
+                    }
+                    appender
+                        .append(common::decision(i, 100))
+                        .await
+                        .expect("append");
+                }
+            })
+        })
+        .collect();
+    for c in callers {
+        c.await.expect("caller");
+    }
+    let elapsed = started.elapsed();
+    drop(appender);
+    task.await.expect("appender task");
+    println!(
+        "append: {} decisions in {:.2}s = {:.0} appends/s (each awaited until committed)",
+        o.records,
+        elapsed.as_secs_f64(),
+        o.records as f64 / elapsed.as_secs_f64()
+    );
+
+    let by_subject = |i: u64| Filter {
+        tenant: Some(format!("tenant-{}", i % 100)),
+        subject: ObjectFilter::parse(&format!("ConfigMap/default/cm-{}", (i * 7919) % 1000)),
+        ..Filter::default()
+    };
+    let by_host = |i: u64| Filter {
+        host: ObjectFilter::parse(&format!(
+            "ConfigMap/tp-tenant-{}/cm-{}-x-default",
+            i % 100,
+            (i * 7919) % 1000
+        )),
+        ..Filter::default()
+    };
+    latency("query by subject (newest 50)", &*store, 1000, by_subject).await;
+    latency("query by host object (newest 50)", &*store, 1000, by_host).await;
+
+    let head = store.head().await.expect("head").sequence;
+    let ids: Vec<String> = futures::future::join_all((0..200).map(|i| {
+        let store = store.clone();
+        async move {
+            let seq = 1 + (i * 104_729) % head.max(1);
+            tenantplane_decision_log::entries_after(&*store, seq - 1, 1)
+                .await
+                .expect("read")
+                .pop()
+                .map(|e| e.decision.id)
+        }
+    }))
+    .await
+    .into_iter()
+    .flatten()
+    .collect();
+    let mut times = Vec::new();
+    for id in ids {
+        let t = Instant::now();
+        store.get(id).await.expect("get").expect("present");
+        times.push(t.elapsed());
+    }
+    report("get by id", &mut times);
+}
+
+async fn latency(what: &str, store: &dyn DecisionStore, n: u64, filter: impl Fn(u64) -> Filter) {
+    let mut times = Vec::with_capacity(n as usize);
+    let mut found = 0;
+    for i in 0..n {
+        let mut q = Query::new(filter(i), 50);
+        q.newest_first = true;
+        let t = Instant::now();
+        found += store.query(q).await.expect("query").entries.len();
+        times.push(t.elapsed());
+    }
+    report(
+        &format!("{what}, {:.1} results avg", found as f64 / n as f64),
+        &mut times,
+    );
+}
+
+fn report(what: &str, times: &mut [Duration]) {
+    times.sort_unstable();
+    let at = |p: f64| times[((times.len() as f64 - 1.0) * p) as usize].as_secs_f64() * 1e3;
+    println!(
+        "{what}: p50 {:.3} ms, p99 {:.3} ms, max {:.3} ms ({} samples)",
+        at(0.5),
+        at(0.99),
+        at(1.0),
+        times.len()
+    );
+}
