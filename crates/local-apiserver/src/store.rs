@@ -502,7 +502,29 @@ impl Store {
         }
         state.resource_version = snapshot.resource_version;
         state.compacted = snapshot.resource_version;
+        state.next_cluster_ip = Self::next_free_cluster_ip(&state);
         Ok(())
+    }
+
+    /// The allocation counter after the highest clusterIP persisted services hold.
+    fn next_free_cluster_ip(state: &State) -> u32 {
+        let services = StorageKey {
+            group: String::new(),
+            plural: "services".into(),
+        };
+        state
+            .bucket(&services)
+            .into_iter()
+            .flat_map(|bucket| bucket.values())
+            .filter_map(|svc| svc.pointer("/spec/clusterIP").and_then(Value::as_str))
+            .filter_map(|ip| {
+                let mut octets = ip.strip_prefix("10.96.")?.split('.');
+                let high: u32 = octets.next()?.parse().ok()?;
+                let low: u32 = octets.next()?.parse().ok()?;
+                Some((high << 8 | low) + 1)
+            })
+            .max()
+            .unwrap_or(1)
     }
 
     /// Serializes every object for persistence.

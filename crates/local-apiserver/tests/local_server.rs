@@ -7,7 +7,7 @@ use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 
 use futures::{StreamExt, TryStreamExt};
-use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::core::v1::{ConfigMap, Service};
 use kube::api::{ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client, Config, ResourceExt};
@@ -17,6 +17,11 @@ use tenantplane_local_apiserver::LocalApiServer;
 fn config_map(name: &str, value: &str) -> ConfigMap {
     serde_json::from_value(json!({"metadata": {"name": name}, "data": {"k": value}}))
         .expect("config map")
+}
+
+fn service(name: &str) -> Service {
+    serde_json::from_value(json!({"metadata": {"name": name}, "spec": {"ports": [{"port": 80}]}}))
+        .expect("service")
 }
 
 #[tokio::test]
@@ -67,6 +72,14 @@ async fn persistence_survives_a_restart() {
         .create(&PostParams::default(), &config_map("kept", "v"))
         .await
         .unwrap();
+    let services: Api<Service> = Api::default_namespaced(server.client().await.unwrap());
+    let first_ip = services
+        .create(&PostParams::default(), &service("before"))
+        .await
+        .unwrap()
+        .spec
+        .unwrap()
+        .cluster_ip;
     server.shutdown().await.unwrap();
 
     let server = LocalApiServer::builder()
@@ -91,6 +104,15 @@ async fn persistence_survives_a_restart() {
         rv(&updated) > rv(&restored),
         "resourceVersions keep increasing"
     );
+    let services: Api<Service> = Api::default_namespaced(server.client().await.unwrap());
+    let second_ip = services
+        .create(&PostParams::default(), &service("after"))
+        .await
+        .unwrap()
+        .spec
+        .unwrap()
+        .cluster_ip;
+    assert_ne!(first_ip, second_ip, "cluster IPs are not handed out twice");
     server.shutdown().await.unwrap();
 }
 
