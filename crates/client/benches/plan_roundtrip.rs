@@ -1,0 +1,128 @@
+//! Plan over gRPC on loopback against the in-process core, measured in the same run.
+//!
+//! `cargo bench -p tenantplane-client --bench plan_roundtrip` prints:
+//! - single-object Plan round trip latency (p50, p99) through `PlannerClient::plan`;
+//! - batch throughput in objects/s: remote (batches of 1000 objects) and in process
+//!   (`Planner::plan_all` plus `Plan::to_decision`, the work the server does per object).
+//!
+//! The objects mix the examples' workloads (Deployments, Services, ConfigMaps, Pods the default
+//! policy rejects) so that CEL conditions, mapping and collision checks all run.
+
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use tenantplane_api::Tenant;
+use tenantplane_client::{ClientConfig, PlannerClient};
+use tenantplane_core::decision::Stamp;
+use tenantplane_core::planner::HostState;
+use tenantplane_core::{CompiledPolicy, Planner, TenantObject};
+use tenantplane_grpc::PlannerService;
+use tokio::net::TcpListener;
+use tokio_stream::wrappers::TcpListenerStream;
+
+const SINGLE_CALLS: usize = 3000;
+const BATCH: usize = 1000;
+const BATCHES: usize = 20;
+
+fn objects(n: usize) -> Vec<TenantObject> {
+    (0..n)
+        .map(|i| {
+            let ns = format!("team-{}", i % 13);
+            let value = match i % 4 {
+                0 => json!({"apiVersion": "apps/v1", "kind": "Deployment",
+                    "metadata": {"name": format!("web-{i}"), "namespace": ns, "labels": {"app": "web"}},
+                    "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "web"}},
+                        "template": {"metadata": {"labels": {"app": "web"}},
+                            "spec": {"containers": [{"name": "web", "image": "nginx:1.27",
+                                "ports": [{"containerPort": 80}]}]}}}}),
+                1 => json!({"apiVersion": "v1", "kind": "Service",
+                    "metadata": {"name": format!("web-{i}"), "namespace": ns},
+                    "spec": {"selector": {"app": "web"}, "ports": [{"port": 80}]}}),
+                2 => json!({"apiVersion": "v1", "kind": "ConfigMap",
+                    "metadata": {"name": format!("settings-{i}"), "namespace": ns,
+                        "annotations": {"tenantplane.io/tenant": "spoofed"}},
+                    "data": {"LOG_LEVEL": "info", "FEATURES": "a,b,c"}}),
+                _ => json!({"apiVersion": "v1", "kind": "Pod",
+                    "metadata": {"name": format!("debug-{i}"), "namespace": ns},
+                    "spec": {"hostNetwork": i % 8 == 3,
+                        "containers": [{"name": "c", "image": "busybox:1.36",
+                            "securityContext": {"privileged": false}}]}}),
+            };
+            TenantObject::from_value(value).unwrap()
+        })
+        .collect()
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
+}
+
+fn main() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let tenant = Tenant::new("bench", Default::default());
+    let batch = objects(BATCH);
+
+    // In process: the same per-object work the server does.
+    let planner = Planner::new(&tenant, CompiledPolicy::builtin_default());
+    let host = HostState::default();
+    let start = Instant::now();
+    let mut planned = 0;
+    for _ in 0..BATCHES {
+        for (plan, object) in planner.plan_all(&batch, &host).zip(&batch) {
+            std::hint::black_box(plan.to_decision(planner.tenant(), object, Stamp::now("bench")));
+            planned += 1;
+        }
+    }
+    let local_rate = planned as f64 / start.elapsed().as_secs_f64();
+
+    runtime.block_on(async {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(PlannerService::new().into_server())
+                .serve_with_incoming(TcpListenerStream::new(listener)),
+        );
+        let mut client = PlannerClient::connect(&ClientConfig::new(addr.to_string()))
+            .await
+            .unwrap();
+
+        // Single object round trips (the first calls warm the connection and policy cache).
+        let one = &batch[..1];
+        for _ in 0..200 {
+            client.plan(&tenant, None, one, &[]).await.unwrap();
+        }
+        let mut latencies = Vec::with_capacity(SINGLE_CALLS);
+        for i in 0..SINGLE_CALLS {
+            let object = &batch[i % BATCH..i % BATCH + 1];
+            let start = Instant::now();
+            client.plan(&tenant, None, object, &[]).await.unwrap();
+            latencies.push(start.elapsed());
+        }
+        latencies.sort();
+
+        // Batches.
+        client.plan(&tenant, None, &batch, &[]).await.unwrap();
+        let start = Instant::now();
+        let mut planned = 0;
+        for _ in 0..BATCHES {
+            planned += client.plan(&tenant, None, &batch, &[]).await.unwrap().len();
+        }
+        let remote_rate = planned as f64 / start.elapsed().as_secs_f64();
+
+        println!("Plan over gRPC on loopback (plaintext), default policy, {BATCH}-object batches");
+        println!(
+            "single object round trip: p50 {:.3} ms, p99 {:.3} ms ({SINGLE_CALLS} calls)",
+            percentile(&latencies, 0.50).as_secs_f64() * 1e3,
+            percentile(&latencies, 0.99).as_secs_f64() * 1e3,
+        );
+        println!("in process:  {local_rate:>10.0} objects/s");
+        println!(
+            "over gRPC:   {remote_rate:>10.0} objects/s ({:.0}% of in process)",
+            remote_rate / local_rate * 100.0
+        );
+    });
+}
