@@ -146,10 +146,20 @@ fn report_result(outcome: Outcome) -> &'static str {
 /// its latest decision. The report lives in the tenant's host namespace (where its objects
 /// are placed), named `tenantplane-<tenant>`.
 pub fn policy_reports(entries: impl IntoIterator<Item = Entry>) -> Vec<Value> {
-    // tenant -> subject (apiVersion, kind, namespace, name) -> latest entry
-    type BySubject = BTreeMap<(String, String, String, String), Entry>;
-    let mut latest: BTreeMap<String, BySubject> = BTreeMap::new();
-    for e in entries {
+    let mut latest = Latest::default();
+    entries.into_iter().for_each(|e| latest.add(e));
+    latest.into_reports()
+}
+
+/// A tenant object: apiVersion, kind, namespace, name.
+type SubjectKey = (String, String, String, String);
+
+/// The latest entry per tenant and tenant object.
+#[derive(Default)]
+struct Latest(BTreeMap<String, BTreeMap<SubjectKey, Entry>>);
+
+impl Latest {
+    fn add(&mut self, e: Entry) {
         let s = &e.decision.subject;
         let key = (
             s.api_version.clone(),
@@ -157,7 +167,7 @@ pub fn policy_reports(entries: impl IntoIterator<Item = Entry>) -> Vec<Value> {
             s.namespace.clone(),
             s.name.clone(),
         );
-        let subjects = latest.entry(e.decision.tenant.clone()).or_default();
+        let subjects = self.0.entry(e.decision.tenant.clone()).or_default();
         if subjects
             .get(&key)
             .is_none_or(|old| old.sequence < e.sequence)
@@ -165,10 +175,13 @@ pub fn policy_reports(entries: impl IntoIterator<Item = Entry>) -> Vec<Value> {
             subjects.insert(key, e);
         }
     }
-    latest
-        .into_iter()
-        .map(|(tenant, subjects)| report(&tenant, subjects.into_values().collect()))
-        .collect()
+
+    fn into_reports(self) -> Vec<Value> {
+        self.0
+            .into_iter()
+            .map(|(tenant, subjects)| report(&tenant, subjects.into_values().collect()))
+            .collect()
+    }
 }
 
 fn report(tenant: &str, entries: Vec<Entry>) -> Value {
@@ -266,17 +279,16 @@ pub async fn policy_reports_from(
     store: &dyn DecisionStore,
     tenant: Option<&str>,
 ) -> Result<Vec<Value>, Error> {
-    let mut all = Vec::new();
+    let mut latest = Latest::default();
     let mut after = 0;
     loop {
         let entries = entries_after(store, after, SCAN_CHUNK).await?;
         let Some(last) = entries.last() else { break };
         after = last.sequence;
-        all.extend(
-            entries
-                .into_iter()
-                .filter(|e| tenant.is_none_or(|t| e.decision.tenant == t)),
-        );
+        entries
+            .into_iter()
+            .filter(|e| tenant.is_none_or(|t| e.decision.tenant == t))
+            .for_each(|e| latest.add(e));
     }
-    Ok(policy_reports(all))
+    Ok(latest.into_reports())
 }
