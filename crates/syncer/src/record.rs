@@ -20,6 +20,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use futures::StreamExt;
 use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
@@ -31,6 +32,9 @@ use tenantplane_api::conditions;
 use tenantplane_api::tenant::{DecisionCounts, DecisionSummary};
 use tenantplane_core::decision::{Decision, Outcome};
 use tokio::sync::{Notify, mpsc};
+
+/// Events published concurrently to one tenant control plane.
+const EVENT_PUBLISHERS: usize = 16;
 
 /// The name the syncer acts and reports under.
 pub const COMPONENT: &str = "tenantplane-syncer";
@@ -340,14 +344,22 @@ impl DecisionRecorder {
         ledger: TenantLedger,
         log: Option<Arc<dyn DecisionLog>>,
     ) -> Self {
-        let (tx, mut rx) = mpsc::channel::<(ObjectReference, Event)>(1024);
+        let (tx, rx) = mpsc::channel::<(ObjectReference, Event)>(1024);
         let recorder = Recorder::new(tenant_client, reporter());
         tokio::spawn(async move {
-            while let Some((reference, event)) = rx.recv().await {
-                if let Err(e) = recorder.publish(&event, &reference).await {
-                    tracing::debug!(error = %e, "publishing a tenant event failed");
-                }
-            }
+            let events = futures::stream::unfold(rx, |mut rx| async move {
+                rx.recv().await.map(|item| (item, rx))
+            });
+            events
+                .for_each_concurrent(EVENT_PUBLISHERS, |(reference, event)| {
+                    let recorder = &recorder;
+                    async move {
+                        if let Err(e) = recorder.publish(&event, &reference).await {
+                            tracing::debug!(error = %e, "publishing a tenant event failed");
+                        }
+                    }
+                })
+                .await;
         });
         DecisionRecorder {
             log,

@@ -196,6 +196,10 @@ struct Worker {
     attempts: Mutex<HashMap<Key, u32>>,
     service_kind: Option<usize>,
     endpoints_kind: Option<usize>,
+    /// Objects in place: (tenant resourceVersion, desired digest) of the last Synced or Unchanged
+    /// decision. While both still hold, an event (typically the echo of our own write, or a host
+    /// status change) needs no plan: only the status flows up.
+    settled: Mutex<HashMap<Key, (String, String)>>,
 }
 
 /// Starts the runtime of one tenant.
@@ -238,6 +242,7 @@ pub async fn start(
         queue: crate::queue::WorkQueue::new(),
         tenant_limiter: RateLimiter::new(tuning.tenant_qps, tuning.tenant_burst),
         attempts: Mutex::new(HashMap::new()),
+        settled: Mutex::new(HashMap::new()),
         service_kind: kinds
             .iter()
             .position(|(ar, _)| ar.group.is_empty() && ar.kind == "Service"),
@@ -412,6 +417,87 @@ impl Worker {
         self.queue.push_after(key.clone(), delay);
     }
 
+    fn host_of(&self, key: &Key, o: &TenantObject) -> Option<Value> {
+        let id = &o.identity;
+        let name = mapping::host_name(
+            &self.placement.tenant,
+            id.group(),
+            &id.kind,
+            &id.namespace,
+            &id.name,
+        )
+        .0;
+        self.host_cached(key.kind, &name)
+    }
+
+    fn still_settled(&self, key: &Key, o: &TenantObject) -> bool {
+        let settled = self.settled.lock().expect("settled lock");
+        let Some((rv, digest)) = settled.get(key) else {
+            return false;
+        };
+        Some(rv) == o.resource_version.as_ref()
+            && self
+                .host_of(key, o)
+                .as_ref()
+                .and_then(tenantplane_core::translate::recorded_digest)
+                == Some(digest.as_str())
+    }
+
+    fn settle(&self, key: &Key, o: &TenantObject, step: &Step) {
+        let digest = match &step.write {
+            Some(HostWrite::Create(v) | HostWrite::Apply(v)) => {
+                tenantplane_core::translate::recorded_digest(v).map(str::to_string)
+            }
+            None if step.decision.outcome == Outcome::Unchanged => self
+                .host_of(key, o)
+                .as_ref()
+                .and_then(tenantplane_core::translate::recorded_digest)
+                .map(str::to_string),
+            _ => None,
+        };
+        let mut settled = self.settled.lock().expect("settled lock");
+        match (digest, &o.resource_version) {
+            (Some(d), Some(rv)) => {
+                settled.insert(key.clone(), (rv.clone(), d));
+            }
+            _ => {
+                settled.remove(key);
+            }
+        }
+    }
+
+    async fn status_up_only(&self, key: &Key, o: &TenantObject) {
+        let kind = &self.kinds[key.kind];
+        let Some(host) = self.host_of(key, o) else {
+            return;
+        };
+        if let Some(status) = tenantplane_core::translate::status_to_tenant(&o.object, &host)
+            && kind.has_status
+        {
+            self.patch_status(key, o, status).await;
+        }
+    }
+
+    async fn patch_status(&self, key: &Key, o: &TenantObject, status: Value) {
+        let kind = &self.kinds[key.kind];
+        self.tenant_limiter.acquire().await;
+        let api = Api::<DynamicObject>::namespaced_with(
+            self.tenant_client.clone(),
+            &o.identity.namespace,
+            &kind.ar,
+        );
+        if let Err(e) = api
+            .patch_status(
+                &o.identity.name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({ "status": status })),
+            )
+            .await
+        {
+            tracing::debug!(error = %e, "status up-sync failed; the next host event retries");
+        }
+    }
+
     fn succeeded(&self, key: &Key) {
         self.attempts.lock().expect("attempts lock").remove(key);
     }
@@ -425,10 +511,14 @@ impl Worker {
                 .get(&ObjectRef::new_with(&key.name, kind.ar.clone()).within(&key.namespace));
             match found {
                 Some(obj) => match TenantObject::from_value(to_value(&obj)) {
+                    Ok(o) if self.still_settled(key, &o) => self.status_up_only(key, &o).await,
                     Ok(o) => present.push((key.clone(), o)),
                     Err(e) => tracing::warn!(error = %e, "unreadable tenant object"),
                 },
-                None => self.reconcile_absent(key).await,
+                None => {
+                    self.settled.lock().expect("settled lock").remove(key);
+                    self.reconcile_absent(key).await
+                }
             }
         }
         if present.is_empty() {
@@ -558,40 +648,16 @@ impl Worker {
         }
         let plan = &plan;
         let cached = self.host_cached(key.kind, &plan.placement.name);
-        let mut step = reconcile::reconcile_present(
+        let step = reconcile::reconcile_present(
             &self.placement,
             object,
             plan,
             cached.as_ref(),
             Stamp::now(COMPONENT),
         );
-        if step.write.is_some() {
-            // Writes are decided against the live host object, not the cache.
-            self.shared.host_limiter.acquire().await;
-            let live = match kind.host_api.get_opt(&plan.placement.name).await {
-                Ok(live) => live.map(|o| to_value(&o)),
-                Err(e) => {
-                    tracing::warn!(error = %e, "reading the host object failed; retrying");
-                    self.backoff(key);
-                    return;
-                }
-            };
-            if live
-                .as_ref()
-                .map(|v| v.pointer("/metadata/resourceVersion"))
-                != cached
-                    .as_ref()
-                    .map(|v| v.pointer("/metadata/resourceVersion"))
-            {
-                step = reconcile::reconcile_present(
-                    &self.placement,
-                    object,
-                    plan,
-                    live.as_ref(),
-                    Stamp::now(COMPONENT),
-                );
-            }
-        }
+        // No read before the write: every write carries a precondition on the host object the
+        // decision saw (create: nothing at the name; apply: its resourceVersion; delete: its
+        // uid), so a decision on a stale cache fails with 409 and is taken again on fresh state.
         let k = self.key_string(key);
         let content = reconcile::observed_digest(&object.object);
         let ledger = self.recorder.ledger();
@@ -625,25 +691,11 @@ impl Worker {
             self.queue
                 .push_after(key.clone(), self.shared.tuning.backoff_base);
         }
-        if let Some(status) = step.status_up
+        self.settle(key, object, &step);
+        if let Some(status) = step.status_up.clone()
             && kind.has_status
         {
-            self.tenant_limiter.acquire().await;
-            let api = Api::<DynamicObject>::namespaced_with(
-                self.tenant_client.clone(),
-                &object.identity.namespace,
-                &kind.ar,
-            );
-            if let Err(e) = api
-                .patch_status(
-                    &object.identity.name,
-                    &PatchParams::default(),
-                    &Patch::Merge(json!({ "status": status })),
-                )
-                .await
-            {
-                tracing::debug!(error = %e, "status up-sync failed; the next host event retries");
-            }
+            self.patch_status(key, object, status).await;
         }
         self.succeeded(key);
     }
