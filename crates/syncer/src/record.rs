@@ -345,16 +345,15 @@ impl DecisionRecorder {
         log: Option<Arc<dyn DecisionLog>>,
     ) -> Self {
         let (tx, rx) = mpsc::channel::<(ObjectReference, Event)>(1024);
-        let recorder = Recorder::new(tenant_client, reporter());
         tokio::spawn(async move {
             let events = futures::stream::unfold(rx, |mut rx| async move {
                 rx.recv().await.map(|item| (item, rx))
             });
             events
                 .for_each_concurrent(EVENT_PUBLISHERS, |(reference, event)| {
-                    let recorder = &recorder;
+                    let client = tenant_client.clone();
                     async move {
-                        if let Err(e) = recorder.publish(&event, &reference).await {
+                        if let Err(e) = publish_uncached(client, &event, &reference).await {
                             tracing::debug!(error = %e, "publishing a tenant event failed");
                         }
                     }
@@ -417,6 +416,51 @@ impl DecisionRecorder {
         }
         Ok(())
     }
+}
+
+/// Creates an `events.k8s.io/v1` Event about a tenant object. Unlike kube's recorder, nothing is
+/// cached: repeated identical decisions are already not re-recorded (see the module docs), and a
+/// cache of one Event per tenant object would cost memory in proportion to the tenant's objects.
+async fn publish_uncached(
+    client: Client,
+    event: &Event,
+    reference: &ObjectReference,
+) -> Result<(), kube::Error> {
+    use k8s_openapi::api::events::v1::Event as K8sEvent;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+    let now = Timestamp::now();
+    let namespace = reference
+        .namespace
+        .clone()
+        .unwrap_or_else(|| "default".into());
+    let reporter = reporter();
+    let k8s = K8sEvent {
+        action: Some(event.action.clone()),
+        reason: Some(event.reason.clone()),
+        note: event.note.clone(),
+        event_time: Some(MicroTime(now)),
+        regarding: Some(reference.clone()),
+        metadata: ObjectMeta {
+            namespace: Some(namespace.clone()),
+            name: Some(format!(
+                "{}.{:x}",
+                reference.name.as_deref().unwrap_or(COMPONENT),
+                now.as_nanosecond()
+            )),
+            ..Default::default()
+        },
+        reporting_controller: Some(reporter.controller.clone()),
+        reporting_instance: Some(reporter.instance.unwrap_or(reporter.controller)),
+        type_: Some(match event.type_ {
+            EventType::Normal => "Normal".into(),
+            EventType::Warning => "Warning".into(),
+        }),
+        ..Default::default()
+    };
+    kube::Api::<K8sEvent>::namespaced(client, &namespace)
+        .create(&kube::api::PostParams::default(), &k8s)
+        .await
+        .map(|_| ())
 }
 
 fn reporter() -> Reporter {
