@@ -1,6 +1,7 @@
 //! Plan over gRPC on loopback against the in-process core, measured in the same run.
 //!
-//! `cargo bench -p tenantplane-client --bench plan_roundtrip` prints:
+//! `cargo bench -p tenantplane-client --bench plan_roundtrip` serves the planner with the same
+//! runtime as the `tenantplane-planner` binary and prints:
 //! - single-object Plan round trip latency (p50, p99) through `PlannerClient::plan`;
 //! - batch throughput in objects/s: remote (batches of 1000 objects) and in process
 //!   (`Planner::plan_all` plus `Plan::to_decision`, the work the server does per object).
@@ -17,8 +18,7 @@ use tenantplane_core::decision::Stamp;
 use tenantplane_core::planner::HostState;
 use tenantplane_core::{CompiledPolicy, Planner, TenantObject};
 use tenantplane_grpc::PlannerService;
-use tokio::net::TcpListener;
-use tokio_stream::wrappers::TcpListenerStream;
+use tenantplane_service::{GrpcApi, Server};
 
 const SINGLE_CALLS: usize = 3000;
 const BATCH: usize = 1000;
@@ -79,13 +79,12 @@ fn main() {
     let local_rate = planned as f64 / start.elapsed().as_secs_f64();
 
     runtime.block_on(async {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        tokio::spawn(
-            tonic::transport::Server::builder()
-                .add_service(PlannerService::new().into_server())
-                .serve_with_incoming(TcpListenerStream::new(listener)),
-        );
+        // The service runtime the binary runs: metrics layer, health and reflection included.
+        let loopback = "127.0.0.1:0".parse().unwrap();
+        let server = Server::bind(loopback, loopback, None).await.unwrap();
+        let addr = server.grpc_addr();
+        let api = GrpcApi::new().with_service(PlannerService::new().into_server());
+        tokio::spawn(server.serve(api, std::future::pending()));
         let mut client = PlannerClient::connect(&ClientConfig::new(addr.to_string()))
             .await
             .unwrap();
