@@ -7,7 +7,7 @@
 //!    condition; flushed to the Tenant's status at most once a second;
 //! 3. a Kubernetes Event on the tenant object in the tenant control plane (Normal for successes,
 //!    Warning for refusals; reason = the decision's reason, note = message and decision id),
-//!    published in the background and aggregated by kube's recorder into event series;
+//!    published in the background (a full queue slows recording down; nothing is dropped);
 //! 4. an Event on the Tenant in the host cluster, aggregated per (type, reason) over each flush
 //!    interval and then into series, as Kubernetes does for repeated events.
 //!
