@@ -34,7 +34,10 @@ struct Args {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let server = args.service.start(args.grpc_addr, args.admin_addr).await?;
+    let server = args
+        .service
+        .start(env!("CARGO_PKG_NAME"), args.grpc_addr, args.admin_addr)
+        .await?;
     let api = GrpcApi::new().with_service(PlannerService::new().into_server());
     server.serve(api, shutdown_signal()).await
 }

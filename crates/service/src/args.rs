@@ -7,7 +7,9 @@ use std::time::Duration;
 use anyhow::Context;
 use tonic::transport::{Certificate, Identity, ServerTlsConfig};
 
-use crate::{Server, init_logging};
+use tenantplane_telemetry::LogFormat;
+
+use crate::Server;
 
 /// Flags shared by every service (each also read from the environment variable it names).
 #[derive(Clone, Debug, clap::Args)]
@@ -31,28 +33,31 @@ pub struct ServiceArgs {
 }
 
 impl ServiceArgs {
-    /// Logging as configured, and the bound ports of a server configured by these flags.
+    /// Logs and traces of `service` as configured (OTLP export from the standard `OTEL_*`
+    /// variables), and the bound ports of a server configured by these flags. When a tracing
+    /// subscriber is already installed (several servers in one test process), it is kept.
     pub async fn start(
         &self,
+        service: &str,
         grpc_addr: SocketAddr,
         admin_addr: SocketAddr,
     ) -> anyhow::Result<Server> {
-        init_logging(self.log_format, &self.log_filter)?;
+        let telemetry = if tracing::dispatcher::has_been_set() {
+            None
+        } else {
+            Some(tenantplane_telemetry::init(
+                service,
+                self.log_format,
+                &self.log_filter,
+            )?)
+        };
         Ok(
             Server::bind(grpc_addr, admin_addr, self.tls.server_config()?)
                 .await?
-                .with_shutdown_grace(Duration::from_secs(self.shutdown_grace_seconds)),
+                .with_shutdown_grace(Duration::from_secs(self.shutdown_grace_seconds))
+                .with_telemetry(telemetry),
         )
     }
-}
-
-/// How log lines are written (to stderr).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum LogFormat {
-    /// Human-readable lines.
-    Text,
-    /// One JSON object per line, for log collectors.
-    Json,
 }
 
 /// TLS and mutual TLS (rustls) for the gRPC port. Without a certificate the port speaks

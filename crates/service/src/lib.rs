@@ -2,7 +2,7 @@
 //! wiring and `serve`.
 //!
 //! ```text
-//!  flags + env (clap) ──▶ ServiceArgs ──▶ init_logging (text | json)
+//!  flags + env (clap) ──▶ ServiceArgs ──▶ tenantplane_telemetry::init (logs text | json, OTLP traces)
 //!                                    └──▶ Server::bind(gRPC addr, admin addr, TLS / mTLS)
 //!  GrpcApi (the service's tonic servers) ──▶ Server::serve ──▶ gRPC: API + grpc.health.v1 +
 //!                                                               reflection v1 and v1alpha,
@@ -13,11 +13,10 @@
 
 mod admin;
 mod args;
-mod logging;
 mod metrics;
 mod server;
 
-pub use args::{LogFormat, ServiceArgs, TlsArgs};
-pub use logging::init_logging;
+pub use args::{ServiceArgs, TlsArgs};
 pub use metrics::{GrpcMetrics, GrpcMetricsLayer};
 pub use server::{DEFAULT_SHUTDOWN_GRACE, GrpcApi, Server, shutdown_signal};
+pub use tenantplane_telemetry::LogFormat;

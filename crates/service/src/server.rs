@@ -63,6 +63,8 @@ pub struct Server {
     admin: TcpListener,
     tls: Option<ServerTlsConfig>,
     shutdown_grace: Duration,
+    /// Flushes the process's spans when the server stops.
+    telemetry: Option<tenantplane_telemetry::Telemetry>,
 }
 
 impl Server {
@@ -83,6 +85,7 @@ impl Server {
             admin,
             tls,
             shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
+            telemetry: None,
         })
     }
 
@@ -90,6 +93,12 @@ impl Server {
     /// signal before the server stops regardless.
     pub fn with_shutdown_grace(mut self, grace: Duration) -> Self {
         self.shutdown_grace = grace;
+        self
+    }
+
+    /// Keeps the process's telemetry until the server stops, then flushes its spans.
+    pub fn with_telemetry(mut self, telemetry: Option<tenantplane_telemetry::Telemetry>) -> Self {
+        self.telemetry = telemetry;
         self
     }
 
@@ -165,6 +174,7 @@ impl Server {
             .add_service(reflection_v1alpha);
         let grpc = builder
             .layer(GrpcMetricsLayer::new(metrics))
+            .layer(tenantplane_telemetry::propagation::grpc_server_trace_layer())
             .add_routes(routes)
             .serve_with_incoming_shutdown(
                 // Without TCP_NODELAY, small responses wait for delayed ACKs (~40 ms a call).

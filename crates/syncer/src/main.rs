@@ -7,6 +7,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use clap::Parser;
 use tenantplane_syncer::{Config, isolation, planner, tenant};
+use tenantplane_telemetry::LogFormat;
 
 /// The syncer. Every flag also reads an environment variable.
 #[derive(Debug, Parser)]
@@ -61,17 +62,20 @@ struct Args {
         default_value = "0.0.0.0:9440"
     )]
     admin_addr: SocketAddr,
+    /// Log format.
+    #[arg(long, env = "TENANTPLANE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+    /// Log filter, in tracing's EnvFilter syntax.
+    #[arg(long, env = "TENANTPLANE_LOG", default_value = "info,kube=warn")]
+    log_filter: String,
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "info,kube=warn".into()),
-        )
-        .init();
     let args = Args::parse();
+    // Logs, and traces over OTLP when OTEL_EXPORTER_OTLP_ENDPOINT is set; flushed on return.
+    let _telemetry =
+        tenantplane_telemetry::init(env!("CARGO_PKG_NAME"), args.log_format, &args.log_filter)?;
     let planner: Arc<dyn planner::PlanService> = match args.planner.as_str() {
         "in-process" => Arc::new(planner::InProcessPlanner::default()),
         url => planner::connect(url).context("connecting to the planner")?,

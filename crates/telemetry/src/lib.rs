@@ -1,7 +1,7 @@
 //! One telemetry setup shared by every tenantplane binary.
 //!
 //! [`init`] installs, once per process:
-//! - logs: a `tracing` fmt layer, text or JSON, filtered by `RUST_LOG` (default `info`);
+//! - logs: a `tracing` fmt layer to stderr, text or JSON, filtered by an EnvFilter directive;
 //! - traces: an OpenTelemetry layer exporting over OTLP, configured by the standard `OTEL_*`
 //!   variables (`OTEL_EXPORTER_OTLP_ENDPOINT`/`..._TRACES_ENDPOINT`, `OTEL_EXPORTER_OTLP_PROTOCOL`
 //!   `grpc` or `http/protobuf`, `OTEL_SERVICE_NAME`, `OTEL_RESOURCE_ATTRIBUTES`,
@@ -89,23 +89,28 @@ impl OtlpSettings {
     }
 }
 
-/// Installs logging and tracing for `service` as configured by the environment. Call once,
-/// early in `main`, inside a tokio runtime.
-pub fn init(service: &str, format: LogFormat) -> anyhow::Result<Telemetry> {
-    init_with(service, format, &OtlpSettings::from_env())
+/// Installs logging (`filter` in EnvFilter syntax, e.g. `info` or `tenantplane_syncer=debug,info`)
+/// and tracing for `service`, with OTLP configured by the environment. Call once, early in
+/// `main`, inside a tokio runtime.
+pub fn init(service: &str, format: LogFormat, filter: &str) -> anyhow::Result<Telemetry> {
+    init_with(service, format, filter, &OtlpSettings::from_env())
 }
 
 /// [`init`] with explicit OTLP settings.
 pub fn init_with(
     service: &str,
     format: LogFormat,
+    filter: &str,
     otlp: &OtlpSettings,
 ) -> anyhow::Result<Telemetry> {
+    let filter = EnvFilter::try_new(filter).with_context(|| format!("log filter {filter:?}"))?;
     opentelemetry::global::set_text_map_propagator(TraceContextPropagator::new());
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
     let fmt = match format {
-        LogFormat::Text => tracing_subscriber::fmt::layer().boxed(),
+        LogFormat::Text => tracing_subscriber::fmt::layer()
+            .with_writer(std::io::stderr)
+            .boxed(),
         LogFormat::Json => tracing_subscriber::fmt::layer()
+            .with_writer(std::io::stderr)
             .json()
             .flatten_event(true)
             .boxed(),

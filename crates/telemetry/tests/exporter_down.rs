@@ -13,6 +13,7 @@ async fn spans_are_dropped_not_queued_forever_when_the_collector_is_down() {
     let telemetry = init_with(
         "exporter-down-test",
         LogFormat::Text,
+        "info",
         &OtlpSettings {
             endpoint: Some(format!("http://{closed}")),
             protocol: "grpc".into(),

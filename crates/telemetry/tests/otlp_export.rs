@@ -57,6 +57,7 @@ async fn a_grpc_call_inside_a_span_exports_a_parent_and_a_child_span() {
     let telemetry = init_with(
         "telemetry-test",
         LogFormat::Text,
+        "info",
         &OtlpSettings {
             endpoint: Some(format!("http://{otlp_addr}")),
             protocol: "grpc".into(),
