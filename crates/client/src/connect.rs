@@ -106,3 +106,18 @@ pub async fn connect(config: &ClientConfig) -> Result<Channel, ClientError> {
 pub(crate) fn max_response_bytes() -> usize {
     MAX_RESPONSE_BYTES
 }
+
+/// A channel whose requests carry the caller's W3C trace context (`traceparent`), so that the
+/// services' spans are children of the span that made the call.
+pub type TracedChannel = tonic::service::interceptor::InterceptedService<Channel, TraceContext>;
+
+/// The interceptor of [`TracedChannel`].
+pub type TraceContext = fn(tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status>;
+
+/// Wraps a channel so its requests carry the current span's trace context.
+pub(crate) fn traced(channel: Channel) -> TracedChannel {
+    tonic::service::interceptor::InterceptedService::new(
+        channel,
+        tenantplane_telemetry::propagation::inject_trace_context as TraceContext,
+    )
+}

@@ -7,12 +7,13 @@ use tenantplane_proto::isolation::v1::CompileRequest;
 use tenantplane_proto::isolation::v1::isolation_compiler_client;
 use tonic::transport::Channel;
 
+use crate::connect::{TracedChannel, traced};
 use crate::{ClientConfig, ClientError, connect};
 
 /// A client of the IsolationCompiler service.
 #[derive(Clone, Debug)]
 pub struct IsolationClient {
-    inner: isolation_compiler_client::IsolationCompilerClient<Channel>,
+    inner: isolation_compiler_client::IsolationCompilerClient<TracedChannel>,
 }
 
 /// A compilation and what it prunes, as the compiler service computed them.
@@ -33,7 +34,7 @@ impl IsolationClient {
     /// A client over an existing channel.
     pub fn new(channel: Channel) -> Self {
         IsolationClient {
-            inner: isolation_compiler_client::IsolationCompilerClient::new(channel)
+            inner: isolation_compiler_client::IsolationCompilerClient::new(traced(channel))
                 .max_decoding_message_size(crate::connect::max_response_bytes()),
         }
     }

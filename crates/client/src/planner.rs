@@ -14,6 +14,7 @@ use tenantplane_proto::planner::v1::{
 };
 use tonic::transport::Channel;
 
+use crate::connect::{TracedChannel, traced};
 use crate::{ClientConfig, ClientError, connect};
 
 /// Objects per Plan request: batches are split so that requests and responses stay far below
@@ -25,7 +26,7 @@ const MAX_OBJECT_BYTES_PER_REQUEST: usize = 1024 * 1024;
 /// A client of the Planner service.
 #[derive(Clone, Debug)]
 pub struct PlannerClient {
-    inner: planner_client::PlannerClient<Channel>,
+    inner: planner_client::PlannerClient<TracedChannel>,
 }
 
 /// One tenant object's plan and decision, as the planner service computed them.
@@ -76,7 +77,7 @@ impl PlannerClient {
     /// A client over an existing channel.
     pub fn new(channel: Channel) -> Self {
         PlannerClient {
-            inner: planner_client::PlannerClient::new(channel)
+            inner: planner_client::PlannerClient::new(traced(channel))
                 .max_decoding_message_size(crate::connect::max_response_bytes()),
         }
     }
