@@ -84,6 +84,19 @@ impl Refs<'_> {
             *name = self.host(group, kind, name);
         }
     }
+
+    /// Rewrites a TypedLocalObjectReference (`apiGroup`, `kind`, `name`).
+    fn rewrite_typed(&self, reference: &mut Value) {
+        let field = |key: &str| {
+            reference
+                .get(key)
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string()
+        };
+        let (group, kind) = (field("apiGroup"), field("kind"));
+        self.rewrite(reference, "name", &group, &kind);
+    }
 }
 
 /// The desired host object for `object` placed at `placement` in `tenant`.
@@ -501,17 +514,7 @@ fn pvc(refs: &Refs<'_>, body: &mut Value, notes: &mut Vec<String>) {
     }
     for field in ["dataSource", "dataSourceRef"] {
         if let Some(source) = spec.get_mut(field) {
-            let group = source
-                .get("apiGroup")
-                .and_then(Value::as_str)
-                .unwrap_or("")
-                .to_string();
-            let kind = source
-                .get("kind")
-                .and_then(Value::as_str)
-                .unwrap_or("")
-                .to_string();
-            refs.rewrite(source, "name", &group, &kind);
+            refs.rewrite_typed(source);
             if let Some(obj) = source.as_object_mut() {
                 obj.remove("namespace");
             }
@@ -541,17 +544,7 @@ fn ingress_backend(refs: &Refs<'_>, backend: &mut Value) {
         refs.rewrite(service, "name", "", "Service");
     }
     if let Some(resource) = backend.get_mut("resource") {
-        let group = resource
-            .get("apiGroup")
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .to_string();
-        let kind = resource
-            .get("kind")
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .to_string();
-        refs.rewrite(resource, "name", &group, &kind);
+        refs.rewrite_typed(resource);
     }
 }
 
