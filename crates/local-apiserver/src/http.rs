@@ -21,6 +21,7 @@ use tokio_stream::wrappers::ReceiverStream;
 
 use crate::error::{ApiError, ApiResult};
 use crate::patch::PatchKind;
+use crate::requests::RecordedRequest;
 use crate::resources::ResourceType;
 use crate::selectors::{FieldSelector, LabelSelector};
 use crate::store::{
@@ -40,6 +41,8 @@ pub struct AppState {
     pub store: Arc<Store>,
     /// Flips to true on shutdown so open watches end.
     pub shutdown: watch::Receiver<bool>,
+    /// Where resource requests are recorded, once recording is switched on.
+    pub requests: Arc<crate::requests::RequestLog>,
 }
 
 /// Largest request body accepted, as on real API servers (3 MiB).
@@ -170,9 +173,70 @@ async fn handle(
     let Some(target) = parse_resource_path(&segments) else {
         return ApiError::unknown_path(&path).into_response();
     };
+    app.requests
+        .record(|| recorded_requests(store, &method, &headers, &query, &target));
     match serve_resource(&app, &method, &headers, &query, &body, target).await {
         Ok(response) => response,
         Err(err) => err.into_response(),
+    }
+}
+
+/// The authorization checks a real API server makes for a resource request: its verb, plus
+/// `create` for a server-side apply that creates the object (the API server requires both).
+fn recorded_requests(
+    store: &Store,
+    method: &Method,
+    headers: &HeaderMap,
+    query: &HashMap<String, String>,
+    target: &ResourcePath,
+) -> Vec<RecordedRequest> {
+    let request = |verb: &str| RecordedRequest {
+        user: headers
+            .get("impersonate-user")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string),
+        verb: verb.to_string(),
+        api_group: target.group.clone(),
+        resource: target.plural.clone(),
+        subresource: target.subresource.clone(),
+        namespace: target.namespace.clone(),
+        label_selector: query.get("labelSelector").cloned(),
+    };
+    let mut checks = vec![request(authorization_verb(method, target, query))];
+    let apply = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|t| t.starts_with("application/apply-patch"));
+    if *method == Method::PATCH
+        && apply
+        && let Some(name) = &target.name
+        && let Ok(rt) = store.resource(&target.group, &target.version, &target.plural)
+        && store
+            .get(&rt, target.namespace.as_deref().unwrap_or_default(), name)
+            .is_err()
+    {
+        checks.push(request("create"));
+    }
+    checks
+}
+
+/// The verb Kubernetes authorization sees for a resource request.
+fn authorization_verb(
+    method: &Method,
+    target: &ResourcePath,
+    query: &HashMap<String, String>,
+) -> &'static str {
+    let named = target.name.is_some();
+    match *method {
+        Method::GET | Method::HEAD if target.watch_prefix || flag(query, "watch") => "watch",
+        Method::GET | Method::HEAD if named => "get",
+        Method::GET | Method::HEAD => "list",
+        Method::POST => "create",
+        Method::PUT => "update",
+        Method::PATCH => "patch",
+        Method::DELETE if named => "delete",
+        Method::DELETE => "deletecollection",
+        _ => "unknown",
     }
 }
 

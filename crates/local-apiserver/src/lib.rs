@@ -28,6 +28,7 @@ mod apply;
 mod error;
 mod http;
 mod patch;
+mod requests;
 mod resources;
 mod selectors;
 mod store;
@@ -42,6 +43,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 pub use error::ApiError;
+pub use requests::RecordedRequest;
 
 use crate::store::Store;
 
@@ -102,9 +104,11 @@ impl LocalApiServerBuilder {
             .with_context(|| format!("binding 127.0.0.1:{}", self.port))?;
         let addr = listener.local_addr()?;
         let (shutdown_tx, shutdown_rx) = watch::channel(false);
+        let requests = Arc::new(requests::RequestLog::default());
         let app = http::router(http::AppState {
             store: store.clone(),
             shutdown: shutdown_rx.clone(),
+            requests: requests.clone(),
         });
         let mut serve_shutdown = shutdown_rx.clone();
         let serve = tokio::spawn(async move {
@@ -123,6 +127,7 @@ impl LocalApiServerBuilder {
         tracing::info!(%addr, "tenantplane-local-apiserver (test/demo infrastructure) listening");
         Ok(LocalApiServer {
             addr,
+            requests,
             shutdown: shutdown_tx,
             serve,
             persist,
@@ -165,6 +170,7 @@ fn write_snapshot(store: &Store, path: &Path) -> anyhow::Result<()> {
 #[derive(Debug)]
 pub struct LocalApiServer {
     addr: SocketAddr,
+    requests: Arc<requests::RequestLog>,
     shutdown: watch::Sender<bool>,
     serve: JoinHandle<anyhow::Result<()>>,
     persist: Option<JoinHandle<anyhow::Result<()>>>,
@@ -188,6 +194,21 @@ impl LocalApiServer {
     /// `http://127.0.0.1:PORT`.
     pub fn url(&self) -> String {
         format!("http://{}", self.addr)
+    }
+
+    /// Starts recording every resource request from now on (see [`recorded_requests`]): a test
+    /// compares what a client did with the RBAC rules written for it. Nothing is recorded, and
+    /// nothing costs, until this is called.
+    ///
+    /// [`recorded_requests`]: Self::recorded_requests
+    pub fn record_requests(&self) {
+        self.requests.start();
+    }
+
+    /// The resource requests recorded since [`record_requests`](Self::record_requests), in
+    /// arrival order.
+    pub fn recorded_requests(&self) -> Vec<RecordedRequest> {
+        self.requests.snapshot()
     }
 
     /// A kubeconfig (YAML) whose current context, named `context_name`,

@@ -210,3 +210,93 @@ async fn shutdown_ends_open_watches() {
         "the watch ended cleanly: {rest:?}"
     );
 }
+
+#[tokio::test]
+async fn recorded_requests_carry_the_authorization_checks_and_the_impersonated_user() {
+    let server = LocalApiServer::builder().start().await.expect("start");
+    let api: Api<ConfigMap> = Api::namespaced(server.client().await.expect("client"), "default");
+    api.create(&PostParams::default(), &config_map("before", "a"))
+        .await
+        .expect("create before recording");
+    server.record_requests();
+
+    let mut kubeconfig = Kubeconfig::from_yaml(&server.kubeconfig("local")).expect("kubeconfig");
+    kubeconfig.auth_infos[0]
+        .auth_info
+        .get_or_insert_with(Default::default)
+        .impersonate = Some("system:serviceaccount:demo:syncer".into());
+    let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .expect("config");
+    let syncer: Api<ConfigMap> =
+        Api::namespaced(Client::try_from(config).expect("client"), "default");
+    syncer
+        .create(&PostParams::default(), &config_map("cfg", "a"))
+        .await
+        .expect("create");
+    syncer.get("cfg").await.expect("get");
+    syncer
+        .list(&ListParams::default().labels("app=web"))
+        .await
+        .expect("list");
+    syncer
+        .patch(
+            "cfg",
+            &PatchParams::apply("test").force(),
+            &Patch::Apply(json!({"apiVersion": "v1", "kind": "ConfigMap", "data": {"k": "b"}})),
+        )
+        .await
+        .expect("apply");
+    syncer
+        .patch(
+            "created-by-apply",
+            &PatchParams::apply("test"),
+            &Patch::Apply(json!({"apiVersion": "v1", "kind": "ConfigMap", "data": {"k": "c"}})),
+        )
+        .await
+        .expect("apply creating");
+    let mut watch = syncer
+        .watch(&WatchParams::default().timeout(1), "0")
+        .await
+        .expect("watch")
+        .boxed();
+    while watch.try_next().await.expect("watch event").is_some() {}
+    syncer
+        .delete("cfg", &Default::default())
+        .await
+        .expect("delete");
+    api.get("before").await.expect("get without impersonation");
+
+    let recorded = server.recorded_requests();
+    let seen: Vec<(Option<&str>, &str, Option<&str>)> = recorded
+        .iter()
+        .map(|r| {
+            assert_eq!(
+                (r.api_group.as_str(), r.resource.as_str()),
+                ("", "configmaps")
+            );
+            assert_eq!(r.namespace.as_deref(), Some("default"));
+            (
+                r.user.as_deref(),
+                r.verb.as_str(),
+                r.label_selector.as_deref(),
+            )
+        })
+        .collect();
+    let syncer_user = Some("system:serviceaccount:demo:syncer");
+    assert_eq!(
+        seen,
+        vec![
+            (syncer_user, "create", None),
+            (syncer_user, "get", None),
+            (syncer_user, "list", Some("app=web")),
+            (syncer_user, "patch", None),
+            (syncer_user, "patch", None),
+            (syncer_user, "create", None),
+            (syncer_user, "watch", None),
+            (syncer_user, "delete", None),
+            (None, "get", None),
+        ]
+    );
+    server.shutdown().await.expect("shutdown");
+}
