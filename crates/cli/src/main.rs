@@ -8,6 +8,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod commands;
+mod decision_source;
 mod host_cluster;
 mod input;
 
@@ -29,6 +30,8 @@ enum Command {
     Audit(commands::audit::Args),
     /// Predict, offline, where each tenant object lands and what will be refused.
     ExplainSync(commands::explain_sync::Args),
+    /// Why a host object exists, or why a tenant object was refused: the chain to the decision.
+    Why(commands::why::Args),
     /// Compile an IsolationProfile for a Tenant into the host objects that enforce it, offline.
     CompileIsolation(commands::compile_isolation::Args),
 }
@@ -41,6 +44,7 @@ fn main() -> ExitCode {
         Command::Audit(args) => commands::audit::run(&args),
         Command::ExplainSync(args) => commands::explain_sync::run(&args),
         Command::CompileIsolation(args) => commands::compile_isolation::run(&args),
+        Command::Why(args) => commands::why::run(&args),
     };
     match result {
         Ok(code) => code,

@@ -1,5 +1,6 @@
-//! The admin HTTP port: `/live` (the process answers), `/ready` (the gRPC port serves and no
-//! shutdown has begun) and `/metrics` (Prometheus text exposition).
+//! The admin HTTP port: `/live` (the process answers), `/ready` (the gRPC port serves, no
+//! shutdown has begun and the service's own readiness probe, if any, passes) and `/metrics`
+//! (Prometheus text exposition).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -11,11 +12,14 @@ use axum::response::IntoResponse;
 use axum::routing::get;
 use prometheus_client::registry::Registry;
 
+use crate::server::ReadinessProbe;
+
 /// What the admin handlers read.
 #[derive(Clone, Debug)]
 pub(crate) struct AdminState {
     pub(crate) registry: Arc<Registry>,
     pub(crate) ready: Arc<AtomicBool>,
+    pub(crate) probe: Option<ReadinessProbe>,
 }
 
 /// The admin router.
@@ -28,10 +32,12 @@ pub(crate) fn router(state: AdminState) -> Router {
 }
 
 async fn ready(State(state): State<AdminState>) -> impl IntoResponse {
-    if state.ready.load(Ordering::SeqCst) {
-        (StatusCode::OK, "ready\n")
-    } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "not ready\n")
+    if !state.ready.load(Ordering::SeqCst) {
+        return (StatusCode::SERVICE_UNAVAILABLE, "not ready\n");
+    }
+    match &state.probe {
+        Some(probe) if !probe.passes().await => (StatusCode::SERVICE_UNAVAILABLE, "not ready\n"),
+        _ => (StatusCode::OK, "ready\n"),
     }
 }
 

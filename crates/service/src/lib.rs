@@ -18,5 +18,5 @@ mod server;
 
 pub use args::{ServiceArgs, TlsArgs};
 pub use metrics::{GrpcMetrics, GrpcMetricsLayer};
-pub use server::{DEFAULT_SHUTDOWN_GRACE, GrpcApi, Server, shutdown_signal};
+pub use server::{DEFAULT_SHUTDOWN_GRACE, GrpcApi, ReadinessProbe, Server, shutdown_signal};
 pub use tenantplane_telemetry::LogFormat;

@@ -3,6 +3,7 @@
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -53,6 +54,35 @@ impl GrpcApi {
     }
 }
 
+/// A service's own readiness check, asked on every `/ready` request (e.g. the syncer: every
+/// tenant has listed its watches).
+#[derive(Clone)]
+pub struct ReadinessProbe(
+    Arc<dyn Fn() -> Pin<Box<dyn Future<Output = bool> + Send>> + Send + Sync>,
+);
+
+impl ReadinessProbe {
+    /// A probe that runs `check` on every `/ready` request.
+    pub fn new<F, Fut>(check: F) -> Self
+    where
+        F: Fn() -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = bool> + Send + 'static,
+    {
+        ReadinessProbe(Arc::new(move || Box::pin(check())))
+    }
+
+    /// Runs the check.
+    pub(crate) async fn passes(&self) -> bool {
+        (self.0)().await
+    }
+}
+
+impl std::fmt::Debug for ReadinessProbe {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ReadinessProbe")
+    }
+}
+
 /// How long in-flight calls get to finish after a shutdown signal, unless told otherwise.
 pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 
@@ -65,6 +95,7 @@ pub struct Server {
     shutdown_grace: Duration,
     /// Flushes the process's spans when the server stops.
     telemetry: Option<tenantplane_telemetry::Telemetry>,
+    probe: Option<ReadinessProbe>,
 }
 
 impl Server {
@@ -86,6 +117,7 @@ impl Server {
             tls,
             shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
             telemetry: None,
+            probe: None,
         })
     }
 
@@ -99,6 +131,12 @@ impl Server {
     /// Keeps the process's telemetry until the server stops, then flushes its spans.
     pub fn with_telemetry(mut self, telemetry: Option<tenantplane_telemetry::Telemetry>) -> Self {
         self.telemetry = telemetry;
+        self
+    }
+
+    /// Makes `/ready` also require `probe` (the gRPC port serving is always required).
+    pub fn with_readiness(mut self, probe: ReadinessProbe) -> Self {
+        self.probe = Some(probe);
         self
     }
 
@@ -186,6 +224,7 @@ impl Server {
             admin::router(AdminState {
                 registry: Arc::new(registry),
                 ready: ready.clone(),
+                probe: self.probe,
             }),
         )
         .with_graceful_shutdown(stopped(stop_rx.clone()));

@@ -20,7 +20,6 @@
 
 #![forbid(unsafe_code)]
 
-pub mod admin;
 pub mod controller;
 pub mod isolation;
 pub mod planner;
@@ -30,7 +29,6 @@ pub mod reconcile;
 pub mod record;
 pub mod tenant;
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -64,8 +62,6 @@ pub struct Config {
     pub tenant_resync: Duration,
     /// How often a Tenant's status is written at most.
     pub status_interval: Duration,
-    /// Admin HTTP server (/live, /ready); `None`: none.
-    pub admin_addr: Option<SocketAddr>,
 }
 
 impl Config {
@@ -85,7 +81,6 @@ impl Config {
             tuning: tenant::Tuning::default(),
             tenant_resync: Duration::from_secs(300),
             status_interval: Duration::from_secs(1),
-            admin_addr: None,
         }
     }
 }
@@ -110,29 +105,50 @@ pub async fn host_client(kubeconfig: Option<&str>) -> anyhow::Result<kube::Clien
     }
 }
 
-/// Runs the syncer until the Tenant controller stops.
-pub async fn run(config: Config) -> anyhow::Result<()> {
-    let host = host_client(config.host_kubeconfig.as_deref()).await?;
-    let shared = Arc::new(tenant::Shared {
-        host,
-        host_limiter: ratelimit::RateLimiter::new(config.host_qps, config.host_burst),
-        planner: config.planner.clone(),
-        log: config.decision_log.clone(),
-        permits: Semaphore::new(config.concurrency.max(1)),
-        tuning: config.tuning.clone(),
-    });
-    let ctx = controller::Context::new(
-        shared,
-        config.isolation.clone(),
-        config.tenant_resync,
-        config.status_interval,
-    );
-    if let Some(addr) = config.admin_addr {
-        let listener = tokio::net::TcpListener::bind(addr)
-            .await
-            .with_context(|| format!("binding the admin server to {addr}"))?;
-        tokio::spawn(admin::serve(listener, ctx.clone()));
+/// A syncer connected to its host cluster, ready to run.
+#[derive(Debug)]
+pub struct Syncer {
+    ctx: Arc<controller::Context>,
+}
+
+impl Syncer {
+    /// Connects to the host cluster.
+    pub async fn new(config: Config) -> anyhow::Result<Syncer> {
+        let host = host_client(config.host_kubeconfig.as_deref()).await?;
+        let shared = Arc::new(tenant::Shared {
+            host,
+            host_limiter: ratelimit::RateLimiter::new(config.host_qps, config.host_burst),
+            planner: config.planner.clone(),
+            log: config.decision_log.clone(),
+            permits: Semaphore::new(config.concurrency.max(1)),
+            tuning: config.tuning.clone(),
+        });
+        let ctx = controller::Context::new(
+            shared,
+            config.isolation.clone(),
+            config.tenant_resync,
+            config.status_interval,
+        );
+        Ok(Syncer { ctx })
     }
-    controller::run(ctx).await;
+
+    /// Whether every running tenant has listed its watches (what `/ready` reports).
+    pub fn readiness(&self) -> tenantplane_service::ReadinessProbe {
+        let ctx = self.ctx.clone();
+        tenantplane_service::ReadinessProbe::new(move || {
+            let ctx = ctx.clone();
+            async move { ctx.all_ready().await }
+        })
+    }
+
+    /// Runs the Tenant controller until it stops.
+    pub async fn run(self) {
+        controller::run(self.ctx).await;
+    }
+}
+
+/// Connects and runs the syncer until the Tenant controller stops.
+pub async fn run(config: Config) -> anyhow::Result<()> {
+    Syncer::new(config).await?.run().await;
     Ok(())
 }

@@ -1,4 +1,6 @@
-//! `tenantplane-syncer`: syncs tenant objects into the host cluster, every decision recorded.
+//! `tenantplane-syncer`: syncs tenant objects into the host cluster, every decision recorded,
+//! and serves the decision log (`tenantplane.decisions.v1.DecisionLog`) with gRPC health,
+//! reflection and an admin port.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -6,8 +8,10 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::Parser;
-use tenantplane_syncer::{Config, isolation, planner, tenant};
-use tenantplane_telemetry::LogFormat;
+use tenantplane_decision_log::grpc::DecisionLogService;
+use tenantplane_service::{GrpcApi, ServiceArgs, shutdown_signal};
+use tenantplane_syncer::record::AppenderLog;
+use tenantplane_syncer::{Config, Syncer, isolation, planner, tenant};
 
 /// The syncer. Every flag also reads an environment variable.
 #[derive(Debug, Parser)]
@@ -52,30 +56,36 @@ struct Args {
     #[arg(long, env = "TENANTPLANE_SYNCER_RESYNC_SECONDS", default_value_t = 300)]
     resync_seconds: u64,
     /// Durable decision log: `sqlite:PATH`, a file path, or `postgres://...` (none: Events and
-    /// Tenant status only).
+    /// Tenant status only, and the DecisionLog service is not served).
     #[arg(long, env = "TENANTPLANE_DECISION_LOG")]
     decision_log: Option<String>,
-    /// Admin server address (/live, /ready).
+    /// Address of the gRPC port (DecisionLog, health, reflection).
+    #[arg(
+        long,
+        env = "TENANTPLANE_SYNCER_GRPC_ADDR",
+        default_value = "127.0.0.1:7421"
+    )]
+    grpc_addr: SocketAddr,
+    /// Address of the admin HTTP port (/live, /ready: every tenant has listed its watches,
+    /// /metrics).
     #[arg(
         long,
         env = "TENANTPLANE_SYNCER_ADMIN_ADDR",
-        default_value = "0.0.0.0:9440"
+        default_value = "127.0.0.1:7422"
     )]
     admin_addr: SocketAddr,
-    /// Log format.
-    #[arg(long, env = "TENANTPLANE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
-    log_format: LogFormat,
-    /// Log filter, in tracing's EnvFilter syntax.
-    #[arg(long, env = "TENANTPLANE_LOG", default_value = "info,kube=warn")]
-    log_filter: String,
+    #[command(flatten)]
+    service: ServiceArgs,
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     // Logs, and traces over OTLP when OTEL_EXPORTER_OTLP_ENDPOINT is set; flushed on return.
-    let _telemetry =
-        tenantplane_telemetry::init(env!("CARGO_PKG_NAME"), args.log_format, &args.log_filter)?;
+    let server = args
+        .service
+        .start(env!("CARGO_PKG_NAME"), args.grpc_addr, args.admin_addr)
+        .await?;
     let planner: Arc<dyn planner::PlanService> = match args.planner.as_str() {
         "in-process" => Arc::new(planner::InProcessPlanner::default()),
         url => planner::connect(url).context("connecting to the planner")?,
@@ -91,8 +101,13 @@ async fn main() -> anyhow::Result<()> {
         }
         None => None,
     };
+    let mut api = GrpcApi::new();
     if let Some(url) = &args.decision_log {
-        config.decision_log = Some(tenantplane_syncer::record::open_log(url).await?);
+        let store = tenantplane_decision_log::open(url)
+            .await
+            .with_context(|| format!("opening the decision log {url}"))?;
+        config.decision_log = Some(AppenderLog::spawn(store.clone()));
+        api = api.with_service(DecisionLogService::new(store).into_server());
     }
     config.concurrency = args.concurrency;
     config.host_qps = args.host_qps;
@@ -105,12 +120,10 @@ async fn main() -> anyhow::Result<()> {
         ..tenant::Tuning::default()
     };
     config.tenant_resync = Duration::from_secs(args.resync_seconds);
-    config.admin_addr = Some(args.admin_addr);
+    let syncer = Syncer::new(config).await?;
+    let server = server.with_readiness(syncer.readiness());
     tokio::select! {
-        r = tenantplane_syncer::run(config) => r,
-        _ = tokio::signal::ctrl_c() => {
-            tracing::info!("shutting down");
-            Ok(())
-        }
+        served = server.serve(api, shutdown_signal()) => served,
+        () = syncer.run() => anyhow::bail!("the Tenant controller stopped"),
     }
 }

@@ -67,8 +67,16 @@ pub async fn open_log(url: &str) -> anyhow::Result<Arc<dyn DecisionLog>> {
     let store = tenantplane_decision_log::open(url)
         .await
         .map_err(|e| anyhow::anyhow!("opening the decision log {url}: {e}"))?;
-    let (appender, _task) = tenantplane_decision_log::Appender::spawn(store, Default::default());
-    Ok(Arc::new(AppenderLog(appender)))
+    Ok(AppenderLog::spawn(store))
+}
+
+impl AppenderLog {
+    /// Starts a group-commit appender on `store`.
+    pub fn spawn(store: Arc<dyn tenantplane_decision_log::DecisionStore>) -> Arc<dyn DecisionLog> {
+        let (appender, _task) =
+            tenantplane_decision_log::Appender::spawn(store, Default::default());
+        Arc::new(AppenderLog(appender))
+    }
 }
 
 /// Why a decision could not be recorded.

@@ -6,28 +6,22 @@
 //! follows new ones as they are appended, without gaps.
 
 use std::process::ExitCode;
-use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{Context, bail};
 use futures::StreamExt;
 use k8s_openapi::jiff::Timestamp;
 use tenantplane_core::decision::Outcome;
 use tenantplane_decision_log::grpc::{entry_from_proto, filter_to_proto};
-use tenantplane_decision_log::{DecisionStore, Entry, Filter, ObjectFilter, Query, entries_after};
+use tenantplane_decision_log::{Entry, Filter, ObjectFilter, entries_after};
 use tenantplane_proto::decisions::v1 as pb;
-use tenantplane_proto::decisions::v1::decision_log_client::DecisionLogClient;
-use tonic::transport::Channel;
+
+use crate::decision_source::{DecisionSource, SourceArgs};
 
 /// Arguments of `tenantplane decisions`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Address of the DecisionLog gRPC service (e.g. http://127.0.0.1:7443).
-    #[arg(long, env = "TENANTPLANE_DECISIONS_SERVER", conflicts_with = "db")]
-    server: Option<String>,
-    /// Read the log database directly: a SQLite file path (or sqlite:PATH) or a postgres:// URL.
-    #[arg(long, env = "TENANTPLANE_DECISION_LOG")]
-    db: Option<String>,
+    #[command(flatten)]
+    source: SourceArgs,
     /// Only this tenant.
     #[arg(long)]
     tenant: Option<String>,
@@ -70,12 +64,6 @@ enum Format {
     Yaml,
 }
 
-/// Where entries come from.
-enum Source {
-    Grpc(DecisionLogClient<Channel>),
-    Store(Arc<dyn DecisionStore>),
-}
-
 /// Runs `tenantplane decisions`.
 pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -102,16 +90,8 @@ async fn run_async(args: &Args) -> anyhow::Result<ExitCode> {
         since: args.since,
         until: args.until,
     };
-    let mut source = match (&args.server, &args.db) {
-        (Some(addr), _) => Source::Grpc(
-            DecisionLogClient::connect(addr.clone())
-                .await
-                .with_context(|| format!("connecting to {addr}"))?,
-        ),
-        (None, Some(db)) => Source::Store(super::audit::open_existing(db).await?),
-        (None, None) => bail!("give --server (the syncer's DecisionLog address) or --db"),
-    };
-    let mut newest = newest(&mut source, &filter, args.limit).await?;
+    let mut source = DecisionSource::connect(&args.source).await?;
+    let mut newest = source.query(&filter, args.limit, true).await?;
     newest.reverse();
     let last = newest.last().map(|e| e.sequence);
     if args.output == Format::Json && !args.watch {
@@ -128,39 +108,15 @@ async fn run_async(args: &Args) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// The newest `limit` matching entries, newest first.
-async fn newest(source: &mut Source, filter: &Filter, limit: u32) -> anyhow::Result<Vec<Entry>> {
-    Ok(match source {
-        Source::Store(store) => {
-            let mut query = Query::new(filter.clone(), limit);
-            query.newest_first = true;
-            store.query(query).await?.entries
-        }
-        Source::Grpc(client) => client
-            .query(pb::QueryRequest {
-                filter: Some(filter_to_proto(filter)),
-                page_size: limit,
-                page_token: String::new(),
-                newest_first: true,
-            })
-            .await?
-            .into_inner()
-            .entries
-            .iter()
-            .map(entry_from_proto)
-            .collect::<Result<_, _>>()?,
-    })
-}
-
 /// Prints matching entries after `last` as they are appended, until interrupted.
 async fn follow(
-    source: &mut Source,
+    source: &mut DecisionSource,
     filter: &Filter,
     last: Option<u64>,
     printer: &mut Printer,
 ) -> anyhow::Result<()> {
     match source {
-        Source::Grpc(client) => {
+        DecisionSource::Grpc(client) => {
             let start = last.map(pb::watch_request::Start::AfterSequence);
             let mut stream = client
                 .watch(pb::WatchRequest {
@@ -174,7 +130,7 @@ async fn follow(
             }
             Ok(())
         }
-        Source::Store(store) => {
+        DecisionSource::Store(store) => {
             // Another process appends: poll by sequence, which never skips one.
             let mut after = match last {
                 Some(s) => s,

@@ -5,3 +5,4 @@ pub mod compile_isolation;
 pub mod crds;
 pub mod decisions;
 pub mod explain_sync;
+pub mod why;

@@ -1,0 +1,542 @@
+//! `tenantplane why`: why a host object exists, or why a tenant object was refused.
+//!
+//! For a host object (`why KIND/NAMESPACE/NAME`): reads its provenance from the host cluster
+//! (read-only), then finds in the decision log the decision that created it and the one that
+//! last changed it (the one whose id the object carries), and prints the chain from the host
+//! object to the tenant object, the mapping, the SyncPolicy rule or IsolationProfile field, and
+//! the trace. For a tenant object (`why --tenant NAME KIND/NAMESPACE/NAME`): prints the latest
+//! decision about it from the log alone, which is how a refused object (no host object) is
+//! explained.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{Context, bail};
+use kube::api::{Api, DynamicObject};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::discovery::{ApiResource, Discovery};
+use serde::Serialize;
+use tenantplane_api::provenance;
+use tenantplane_core::decision::{Decision, HostAction};
+use tenantplane_decision_log::{Entry, Filter, ObjectFilter};
+
+use crate::decision_source::{DecisionSource, SourceArgs};
+
+/// How many of an object's decisions are read, newest first, to find the one that created it.
+const HISTORY: u32 = 1000;
+
+/// Arguments of `tenantplane why`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The object: KIND/NAMESPACE/NAME (kind as in `kubectl get`: Pod, pod, pods,
+    /// deployments.apps). A host object unless --tenant is given.
+    object: String,
+    /// Explain the tenant object of this Tenant instead (from the decision log alone).
+    #[arg(long)]
+    tenant: Option<String>,
+    /// Host cluster kubeconfig (default: KUBECONFIG or ~/.kube/config).
+    #[arg(long, env = "TENANTPLANE_HOST_KUBECONFIG")]
+    host_kubeconfig: Option<PathBuf>,
+    /// Context of the host kubeconfig (default: its current context).
+    #[arg(long)]
+    host_context: Option<String>,
+    #[command(flatten)]
+    source: SourceArgs,
+    /// Link to a trace in the tracing UI; `{trace_id}` is replaced.
+    #[arg(
+        long,
+        env = "TENANTPLANE_TRACE_URL",
+        default_value = "http://localhost:16686/trace/{trace_id}"
+    )]
+    trace_url: String,
+    /// Output format.
+    #[arg(short, long, value_enum, default_value = "text")]
+    output: Format,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Format {
+    /// The chain, for people.
+    Text,
+    /// One JSON document.
+    Json,
+}
+
+/// What `why` found: the answer, printed as text or JSON.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Explanation {
+    /// The host object asked about, with its tenantplane metadata.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    host_object: Option<HostObject>,
+    /// The tenant object the host object traces back to (or that was asked about).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    source: Option<SourceObject>,
+    /// The IsolationProfile the object was compiled from, for isolation objects.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    isolation: Option<Isolation>,
+    /// The decision that created the host object (or the tenant side: the first one found).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    created_by: Option<Entry>,
+    /// The decision that last changed it: the one whose id the host object carries (tenant side:
+    /// the latest decision).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    last_changed_by: Option<Entry>,
+    /// How many decisions the log holds about the object (up to the lookup limit).
+    decisions: usize,
+    /// What does not add up, e.g. a decision id on the object that the log does not have.
+    problems: Vec<String>,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct HostObject {
+    api_version: String,
+    kind: String,
+    namespace: String,
+    name: String,
+    /// The object's tenantplane.io/ labels and annotations.
+    provenance: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct SourceObject {
+    tenant: String,
+    api_version: String,
+    kind: String,
+    namespace: String,
+    name: String,
+    uid: String,
+    mapping_version: String,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Isolation {
+    profile: String,
+    generation: String,
+    level: String,
+    fields: Vec<String>,
+}
+
+/// Runs `tenantplane why`; exits 1 when the log does not account for the object.
+pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(run_async(args))
+}
+
+async fn run_async(args: &Args) -> anyhow::Result<ExitCode> {
+    let target = ObjectRef::parse(&args.object)?;
+    let explanation = match &args.tenant {
+        Some(tenant) => explain_tenant_object(args, tenant, &target).await?,
+        None => explain_host_object(args, &target).await?,
+    };
+    match args.output {
+        Format::Json => println!("{}", serde_json::to_string_pretty(&explanation)?),
+        Format::Text => print!("{}", render(&explanation, &args.trace_url)),
+    }
+    Ok(if explanation.problems.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+/// `KIND/NAMESPACE/NAME` as typed.
+#[derive(Debug)]
+struct ObjectRef {
+    kind: String,
+    namespace: String,
+    name: String,
+}
+
+impl ObjectRef {
+    fn parse(s: &str) -> anyhow::Result<ObjectRef> {
+        match s.split('/').collect::<Vec<_>>().as_slice() {
+            [kind, namespace, name]
+                if !kind.is_empty() && !namespace.is_empty() && !name.is_empty() =>
+            {
+                Ok(ObjectRef {
+                    kind: kind.to_string(),
+                    namespace: namespace.to_string(),
+                    name: name.to_string(),
+                })
+            }
+            _ => bail!(
+                "{s:?} is not KIND/NAMESPACE/NAME (e.g. Pod/tenant-acme/web-x-shop); why explains \
+                 namespaced objects"
+            ),
+        }
+    }
+
+    /// Whether `kind` (a Kind like `Pod`) is what the user typed: the kind, or its lowercase
+    /// plural, in any case.
+    fn names_kind(&self, kind: &str) -> bool {
+        let typed = self.kind.to_ascii_lowercase();
+        let kind = kind.to_ascii_lowercase();
+        typed == kind || typed == format!("{kind}s") || typed == format!("{kind}es")
+    }
+}
+
+async fn explain_tenant_object(
+    args: &Args,
+    tenant: &str,
+    target: &ObjectRef,
+) -> anyhow::Result<Explanation> {
+    let mut log = DecisionSource::connect(&args.source).await?;
+    let filter = Filter {
+        tenant: Some(tenant.to_string()),
+        subject: ObjectFilter {
+            kind: None,
+            namespace: Some(target.namespace.clone()),
+            name: Some(target.name.clone()),
+        },
+        ..Filter::default()
+    };
+    let history: Vec<Entry> = log
+        .query(&filter, HISTORY, true)
+        .await?
+        .into_iter()
+        .filter(|e| target.names_kind(&e.decision.subject.kind))
+        .collect();
+    let Some(latest) = history.first().cloned() else {
+        bail!(
+            "the decision log has no decision about {} {}/{} of tenant {tenant}",
+            target.kind,
+            target.namespace,
+            target.name
+        );
+    };
+    let d = &latest.decision;
+    Ok(Explanation {
+        host_object: None,
+        source: Some(SourceObject {
+            tenant: d.tenant.clone(),
+            api_version: d.subject.api_version.clone(),
+            kind: d.subject.kind.clone(),
+            namespace: d.subject.namespace.clone(),
+            name: d.subject.name.clone(),
+            uid: d.subject.uid.clone(),
+            mapping_version: d.mapping_version.clone(),
+        }),
+        isolation: None,
+        created_by: creation(&history, latest.sequence),
+        decisions: history.len(),
+        last_changed_by: Some(latest),
+        problems: Vec::new(),
+    })
+}
+
+async fn explain_host_object(args: &Args, target: &ObjectRef) -> anyhow::Result<Explanation> {
+    let client = host_client(args).await?;
+    let resource = resolve_kind(&client, &target.kind).await?;
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), &target.namespace, &resource);
+    let meta = api
+        .get_metadata_opt(&target.name)
+        .await
+        .with_context(|| {
+            format!(
+                "reading {} {}/{} on the host cluster",
+                resource.kind, target.namespace, target.name
+            )
+        })?
+        .with_context(|| {
+            format!(
+                "the host cluster has no {} {}/{}",
+                resource.kind, target.namespace, target.name
+            )
+        })?
+        .metadata;
+    let mut marks: BTreeMap<String, String> = BTreeMap::new();
+    for (k, v) in meta
+        .labels
+        .iter()
+        .flatten()
+        .chain(meta.annotations.iter().flatten())
+    {
+        if provenance::is_reserved(k) {
+            marks.insert(k.clone(), v.clone());
+        }
+    }
+    let host_object = HostObject {
+        api_version: resource.api_version.clone(),
+        kind: resource.kind.clone(),
+        namespace: target.namespace.clone(),
+        name: target.name.clone(),
+        provenance: marks.clone(),
+    };
+    let mut explanation = Explanation {
+        host_object: Some(host_object),
+        source: None,
+        isolation: None,
+        created_by: None,
+        last_changed_by: None,
+        decisions: 0,
+        problems: Vec::new(),
+    };
+    let mark = |key: &str| marks.get(key).cloned().unwrap_or_default();
+    if let Some(profile) = marks.get(provenance::ISOLATION_PROFILE) {
+        explanation.isolation = Some(Isolation {
+            profile: profile.clone(),
+            generation: mark(provenance::ISOLATION_PROFILE_GENERATION),
+            level: mark(provenance::ISOLATION_LEVEL),
+            fields: mark(provenance::ISOLATION_FIELD)
+                .split(',')
+                .filter(|f| !f.is_empty())
+                .map(str::to_string)
+                .collect(),
+        });
+        return Ok(explanation);
+    }
+    let Some(tenant) = marks.get(provenance::TENANT).cloned() else {
+        explanation.problems.push(format!(
+            "{} {}/{} has no {} label: tenantplane did not create it (the syncer never writes \
+             to an object like this; a tenant object mapped to this name gets a Conflict)",
+            resource.kind,
+            target.namespace,
+            target.name,
+            provenance::TENANT
+        ));
+        return Ok(explanation);
+    };
+    explanation.source = Some(SourceObject {
+        tenant: tenant.clone(),
+        api_version: mark(provenance::SOURCE_API_VERSION),
+        kind: mark(provenance::SOURCE_KIND),
+        namespace: mark(provenance::SOURCE_NAMESPACE),
+        name: mark(provenance::SOURCE_NAME),
+        uid: mark(provenance::SOURCE_UID),
+        mapping_version: mark(provenance::MAPPING_VERSION),
+    });
+
+    let mut log = DecisionSource::connect(&args.source).await?;
+    let filter = Filter {
+        tenant: Some(tenant),
+        host: ObjectFilter {
+            kind: Some(resource.kind.clone()),
+            namespace: Some(target.namespace.clone()),
+            name: Some(target.name.clone()),
+        },
+        ..Filter::default()
+    };
+    let history = log.query(&filter, HISTORY, true).await?;
+    explanation.decisions = history.len();
+    let decision_id = mark(provenance::DECISION_ID);
+    let last = if decision_id.is_empty() {
+        explanation.problems.push(format!(
+            "the object carries no {} annotation",
+            provenance::DECISION_ID
+        ));
+        None
+    } else {
+        match history.iter().find(|e| e.decision.id == decision_id) {
+            Some(e) => Some(e.clone()),
+            None => log.get(&decision_id).await?,
+        }
+    };
+    match &last {
+        Some(entry) => {
+            explanation.created_by = creation(&history, entry.sequence);
+            check_matches(&mut explanation, &entry.decision);
+        }
+        None if !decision_id.is_empty() => explanation.problems.push(format!(
+            "decision {decision_id}, named on the object, is not in the decision log (pruned by \
+             retention, or recorded in another log)"
+        )),
+        None => {}
+    }
+    explanation.last_changed_by = last;
+    Ok(explanation)
+}
+
+/// The decision that created the current incarnation: the newest Create at or before
+/// `sequence` (history is newest first).
+fn creation(history: &[Entry], sequence: u64) -> Option<Entry> {
+    history
+        .iter()
+        .find(|e| e.sequence <= sequence && e.decision.action == HostAction::Create)
+        .cloned()
+}
+
+/// Reports where the object's provenance and the decision it names disagree.
+fn check_matches(explanation: &mut Explanation, decision: &Decision) {
+    let Some(source) = &explanation.source else {
+        return;
+    };
+    let mut problems = Vec::new();
+    if source.uid != decision.subject.uid {
+        problems.push(format!(
+            "the object's source uid {} differs from decision {}'s subject uid {}",
+            source.uid, decision.id, decision.subject.uid
+        ));
+    }
+    if source.namespace != decision.subject.namespace || source.name != decision.subject.name {
+        problems.push(format!(
+            "the object's source {}/{} differs from decision {}'s subject {}/{}",
+            source.namespace,
+            source.name,
+            decision.id,
+            decision.subject.namespace,
+            decision.subject.name
+        ));
+    }
+    explanation.problems.extend(problems);
+}
+
+async fn host_client(args: &Args) -> anyhow::Result<kube::Client> {
+    let options = KubeConfigOptions {
+        context: args.host_context.clone(),
+        ..Default::default()
+    };
+    let config = match &args.host_kubeconfig {
+        Some(path) => {
+            let kubeconfig = Kubeconfig::read_from(path)
+                .with_context(|| format!("reading kubeconfig {}", path.display()))?;
+            kube::Config::from_custom_kubeconfig(kubeconfig, &options)
+                .await
+                .with_context(|| format!("kubeconfig {}", path.display()))?
+        }
+        None => kube::Config::from_kubeconfig(&options)
+            .await
+            .context("no --host-kubeconfig given and no usable KUBECONFIG or ~/.kube/config")?,
+    };
+    kube::Client::try_from(config).context("building the host cluster client")
+}
+
+/// Finds the resource a typed kind names (`Pod`, `pods`, `deployments.apps`), as kubectl does.
+async fn resolve_kind(client: &kube::Client, typed: &str) -> anyhow::Result<ApiResource> {
+    let (name, group) = match typed.split_once('.') {
+        Some((name, group)) => (name, Some(group)),
+        None => (typed, None),
+    };
+    let name = name.to_ascii_lowercase();
+    let discovery = Discovery::new(client.clone())
+        .run()
+        .await
+        .context("discovering the host cluster's resources")?;
+    let found = discovery
+        .groups()
+        .filter(|g| group.is_none_or(|want| g.name() == want))
+        .flat_map(|g| g.recommended_resources())
+        .map(|(resource, _)| resource)
+        .find(|r| r.kind.to_ascii_lowercase() == name || r.plural == name);
+    found.with_context(|| format!("the host cluster serves no resource named {typed:?}"))
+}
+
+/// The explanation as the chain a person reads.
+fn render(e: &Explanation, trace_url: &str) -> String {
+    let mut out = String::new();
+    let mut line = |label: &str, value: String| {
+        out.push_str(&format!("{label:<16}{value}\n"));
+    };
+    if let Some(h) = &e.host_object {
+        line(
+            "Host object",
+            format!("{} {}/{} ({})", h.kind, h.namespace, h.name, h.api_version),
+        );
+    }
+    if let Some(i) = &e.isolation {
+        line(
+            "Compiled from",
+            format!(
+                "IsolationProfile {} generation {}, level {}",
+                i.profile, i.generation, i.level
+            ),
+        );
+        line("Profile fields", i.fields.join(", "));
+    }
+    if let Some(s) = &e.source {
+        line(
+            "Tenant object",
+            format!(
+                "{} {}/{} in tenant {} (uid {})",
+                s.kind, s.namespace, s.name, s.tenant, s.uid
+            ),
+        );
+        line("Mapping", format!("scheme {}", s.mapping_version));
+    }
+    let same = matches!((&e.created_by, &e.last_changed_by), (Some(c), Some(l)) if c.sequence == l.sequence);
+    if let Some(c) = &e.created_by
+        && !same
+    {
+        render_decision(&mut out, "Created by", c, trace_url);
+    }
+    if let Some(l) = &e.last_changed_by {
+        let label = match (&e.host_object, same) {
+            (Some(_), true) => "Created by",
+            (Some(_), false) => "Last changed by",
+            (None, _) => "Latest decision",
+        };
+        render_decision(&mut out, label, l, trace_url);
+    }
+    if e.host_object.is_none() || e.source.is_some() {
+        out.push_str(&format!(
+            "{:<16}{} in the log about this object\n",
+            "History", e.decisions
+        ));
+    }
+    for p in &e.problems {
+        out.push_str(&format!("{:<16}{p}\n", "PROBLEM"));
+    }
+    out
+}
+
+fn render_decision(out: &mut String, label: &str, entry: &Entry, trace_url: &str) {
+    let d = &entry.decision;
+    let mut line = |label: &str, value: String| {
+        out.push_str(&format!("{label:<16}{value}\n"));
+    };
+    line(
+        label,
+        format!(
+            "decision {} (#{}) at {} by {} {}",
+            d.id, entry.sequence, d.time, d.component, d.component_version
+        ),
+    );
+    line(
+        "  outcome",
+        format!("{}, host action {}", d.outcome, d.action.as_str()),
+    );
+    if let Some(p) = &d.policy {
+        line(
+            "  policy",
+            format!(
+                "SyncPolicy {} revision {}, rule {}",
+                p.name,
+                p.revision,
+                p.rule.as_deref().unwrap_or("(the policy default)")
+            ),
+        );
+    }
+    if let Some(p) = &d.profile {
+        line(
+            "  profile",
+            format!(
+                "IsolationProfile {} generation {}, field {}",
+                p.name, p.generation, p.field_path
+            ),
+        );
+    }
+    line("  reason", format!("{}: {}", d.reason, d.message));
+    if let Some(field) = &d.field_path {
+        line("  field", field.clone());
+    }
+    if !d.stripped_keys.is_empty() {
+        line("  stripped", d.stripped_keys.join(", "));
+    }
+    match &d.trace_id {
+        Some(trace) => line(
+            "  trace",
+            format!(
+                "{trace} {}",
+                tenantplane_telemetry::trace_link(trace_url, trace)
+            ),
+        ),
+        None => line("  trace", "(not traced)".to_string()),
+    }
+}
