@@ -1,53 +1,8 @@
-//! `tenantplane-isolation-compiler`: serves `tenantplane.isolation.v1.IsolationCompiler`
-//! (IsolationProfile → host objects with provenance and a prune list) with gRPC health,
-//! reflection and an admin port.
-
-use std::net::SocketAddr;
+//! The `tenantplane-isolation-compiler` binary: [`tenantplane_isolation_compiler::serve`] with its flags.
 
 use clap::Parser;
-use tenantplane_grpc::IsolationService;
-use tenantplane_isolation::{CompileOptions, DEFAULT_SYNCER_USERNAME};
-use tenantplane_service::{GrpcApi, ServiceArgs, shutdown_signal};
-
-/// The tenantplane isolation compiler service.
-#[derive(Debug, Parser)]
-#[command(version, about)]
-struct Args {
-    /// Address of the gRPC port.
-    #[arg(
-        long,
-        env = "TENANTPLANE_ISOLATION_GRPC_ADDR",
-        default_value = "127.0.0.1:7411"
-    )]
-    grpc_addr: SocketAddr,
-
-    /// Address of the admin HTTP port (/live, /ready, /metrics).
-    #[arg(
-        long,
-        env = "TENANTPLANE_ISOLATION_ADMIN_ADDR",
-        default_value = "127.0.0.1:7412"
-    )]
-    admin_addr: SocketAddr,
-
-    /// The Kubernetes user the syncer acts as: the only user the compiled admission policies let
-    /// change tenantplane-managed objects in a host namespace.
-    #[arg(long, env = "TENANTPLANE_SYNCER_USERNAME", default_value = DEFAULT_SYNCER_USERNAME)]
-    syncer_username: String,
-
-    #[command(flatten)]
-    service: ServiceArgs,
-}
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let args = Args::parse();
-    let server = args
-        .service
-        .start(env!("CARGO_PKG_NAME"), args.grpc_addr, args.admin_addr)
-        .await?;
-    let options = CompileOptions {
-        syncer_username: args.syncer_username,
-    };
-    let api = GrpcApi::new().with_service(IsolationService::new(options).into_server());
-    server.serve(api, shutdown_signal()).await
+    tenantplane_isolation_compiler::serve(tenantplane_isolation_compiler::Args::parse()).await
 }

@@ -27,6 +27,7 @@ pub mod queue;
 pub mod ratelimit;
 pub mod reconcile;
 pub mod record;
+pub mod service;
 pub mod tenant;
 
 use std::sync::Arc;

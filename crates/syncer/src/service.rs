@@ -1,0 +1,127 @@
+//! The syncer as a service: its flags ([`Args`]) and [`serve`], which wires the planner, the
+//! isolation compiler, the decision log and the syncer's ports. The `tenantplane-syncer` binary
+//! is this; `tenantplane up` runs the same as a child process.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::record::AppenderLog;
+use crate::{Config, Syncer, isolation, planner, tenant};
+use anyhow::Context as _;
+use tenantplane_decision_log::grpc::DecisionLogService;
+use tenantplane_service::{GrpcApi, ServiceArgs, shutdown_signal};
+
+/// The syncer. Every flag also reads an environment variable.
+#[derive(Debug, clap::Parser)]
+#[command(version, about)]
+pub struct Args {
+    /// Host cluster kubeconfig file; default: in-cluster config or KUBECONFIG.
+    #[arg(long, env = "TENANTPLANE_HOST_KUBECONFIG")]
+    pub host_kubeconfig: Option<std::path::PathBuf>,
+    /// Planner: `in-process` (the same core, no service) or the planner service's URL.
+    #[arg(long, env = "TENANTPLANE_PLANNER", default_value = "in-process")]
+    pub planner: String,
+    /// Isolation compiler: `in-process` or the isolation-compiler service's URL.
+    #[arg(
+        long,
+        env = "TENANTPLANE_ISOLATION_COMPILER",
+        default_value = "in-process"
+    )]
+    pub isolation_compiler: String,
+    /// Batches of objects in flight across all tenants.
+    #[arg(long, env = "TENANTPLANE_SYNCER_CONCURRENCY", default_value_t = 16)]
+    pub concurrency: usize,
+    /// Workers per tenant (bounds what one noisy tenant can take).
+    #[arg(
+        long,
+        env = "TENANTPLANE_SYNCER_WORKERS_PER_TENANT",
+        default_value_t = 4
+    )]
+    pub workers_per_tenant: usize,
+    /// Objects per planner call.
+    #[arg(long, env = "TENANTPLANE_SYNCER_BATCH", default_value_t = 64)]
+    pub batch: usize,
+    /// Host API requests per second (0: unlimited).
+    #[arg(long, env = "TENANTPLANE_SYNCER_HOST_QPS", default_value_t = 0.0)]
+    pub host_qps: f64,
+    /// Host API burst.
+    #[arg(long, env = "TENANTPLANE_SYNCER_HOST_BURST", default_value_t = 1000)]
+    pub host_burst: u32,
+    /// Requests per second to each tenant control plane (0: unlimited).
+    #[arg(long, env = "TENANTPLANE_SYNCER_TENANT_QPS", default_value_t = 200.0)]
+    pub tenant_qps: f64,
+    /// Re-evaluate every object this often, in seconds (writes nothing when nothing changed).
+    #[arg(long, env = "TENANTPLANE_SYNCER_RESYNC_SECONDS", default_value_t = 300)]
+    pub resync_seconds: u64,
+    /// Durable decision log: `sqlite:PATH`, a file path, or `postgres://...` (none: Events and
+    /// Tenant status only, and the DecisionLog service is not served).
+    #[arg(long, env = "TENANTPLANE_DECISION_LOG")]
+    pub decision_log: Option<String>,
+    /// Address of the gRPC port (DecisionLog, health, reflection).
+    #[arg(
+        long,
+        env = "TENANTPLANE_SYNCER_GRPC_ADDR",
+        default_value = "127.0.0.1:7421"
+    )]
+    pub grpc_addr: SocketAddr,
+    /// Address of the admin HTTP port (/live, /ready: every tenant has listed its watches,
+    /// /metrics).
+    #[arg(
+        long,
+        env = "TENANTPLANE_SYNCER_ADMIN_ADDR",
+        default_value = "127.0.0.1:7422"
+    )]
+    pub admin_addr: SocketAddr,
+    #[command(flatten)]
+    pub service: ServiceArgs,
+}
+
+/// Runs the syncer and serves its ports until SIGTERM or Ctrl-C.
+pub async fn serve(args: Args) -> anyhow::Result<()> {
+    // Logs, and traces over OTLP when OTEL_EXPORTER_OTLP_ENDPOINT is set; flushed on return.
+    let server = args
+        .service
+        .start(env!("CARGO_PKG_NAME"), args.grpc_addr, args.admin_addr)
+        .await?;
+    let planner: Arc<dyn planner::PlanService> = match args.planner.as_str() {
+        "in-process" => Arc::new(planner::InProcessPlanner::default()),
+        url => planner::connect(url).context("connecting to the planner")?,
+    };
+    let isolation: Arc<dyn isolation::IsolationService> = match args.isolation_compiler.as_str() {
+        "in-process" => Arc::new(isolation::InProcessIsolation),
+        url => isolation::connect(url).context("connecting to the isolation compiler")?,
+    };
+    let mut config = Config::new(planner, isolation);
+    config.host_kubeconfig = match &args.host_kubeconfig {
+        Some(p) => {
+            Some(std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?)
+        }
+        None => None,
+    };
+    let mut api = GrpcApi::new();
+    if let Some(url) = &args.decision_log {
+        let store = tenantplane_decision_log::open(url)
+            .await
+            .with_context(|| format!("opening the decision log {url}"))?;
+        config.decision_log = Some(AppenderLog::spawn(store.clone()));
+        api = api.with_service(DecisionLogService::new(store).into_server());
+    }
+    config.concurrency = args.concurrency;
+    config.host_qps = args.host_qps;
+    config.host_burst = args.host_burst;
+    config.tuning = tenant::Tuning {
+        batch: args.batch,
+        workers_per_tenant: args.workers_per_tenant,
+        resync: Duration::from_secs(args.resync_seconds),
+        tenant_qps: args.tenant_qps,
+        ..tenant::Tuning::default()
+    };
+    config.tenant_resync = Duration::from_secs(args.resync_seconds);
+    let syncer = Syncer::new(config).await?;
+    let server = server.with_readiness(syncer.readiness());
+    tokio::select! {
+        served = server.serve(api, shutdown_signal()) => served,
+        () = syncer.run() => anyhow::bail!("the Tenant controller stopped"),
+    }
+}
