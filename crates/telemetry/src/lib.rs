@@ -15,11 +15,12 @@
 pub mod propagation;
 
 use anyhow::Context as _;
+use opentelemetry::KeyValue;
 use opentelemetry::trace::{TraceContextExt, TracerProvider as _};
 use opentelemetry_otlp::{Protocol, WithExportConfig};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::propagation::TraceContextPropagator;
-use opentelemetry_sdk::trace::SdkTracerProvider;
+use opentelemetry_sdk::trace::{Sampler, SdkTracerProvider};
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
@@ -59,41 +60,169 @@ impl Drop for Telemetry {
 }
 
 /// Where spans go: read from the standard `OTEL_*` variables by [`OtlpSettings::from_env`].
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct OtlpSettings {
     /// OTLP endpoint; `None` means no exporter at all.
     pub endpoint: Option<String>,
     /// `grpc` (default) or `http/protobuf`.
     pub protocol: String,
-    /// `service.name` from `OTEL_SERVICE_NAME`, overriding the binary's own name.
+    /// `service.name` from `OTEL_SERVICE_NAME`, overriding the binary's own name and a
+    /// `service.name` in the resource attributes.
     pub service_name: Option<String>,
+    /// Resource attributes from `OTEL_RESOURCE_ATTRIBUTES` (`key=value,key=value`).
+    pub resource_attributes: Vec<(String, String)>,
+    /// Which traces are kept, from `OTEL_TRACES_SAMPLER` and `OTEL_TRACES_SAMPLER_ARG`.
+    pub sampler: TraceSampler,
+}
+
+/// The samplers of the OpenTelemetry specification that `OTEL_TRACES_SAMPLER` names.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub enum TraceSampler {
+    /// `always_on`: every trace.
+    AlwaysOn,
+    /// `always_off`: none.
+    AlwaysOff,
+    /// `traceidratio`: this fraction of traces, by trace id.
+    TraceIdRatio(f64),
+    /// `parentbased_always_on` (the default): the caller's choice, every root.
+    #[default]
+    ParentBasedAlwaysOn,
+    /// `parentbased_always_off`: the caller's choice, no root.
+    ParentBasedAlwaysOff,
+    /// `parentbased_traceidratio`: the caller's choice, this fraction of roots.
+    ParentBasedTraceIdRatio(f64),
+}
+
+impl TraceSampler {
+    /// Parses `OTEL_TRACES_SAMPLER` and its argument (a ratio in 0..=1, default 1).
+    pub fn parse(name: &str, arg: Option<&str>) -> anyhow::Result<Self> {
+        let ratio = || -> anyhow::Result<f64> {
+            match arg {
+                None => Ok(1.0),
+                Some(a) => a
+                    .trim()
+                    .parse::<f64>()
+                    .ok()
+                    .filter(|r| (0.0..=1.0).contains(r))
+                    .with_context(|| {
+                        format!("OTEL_TRACES_SAMPLER_ARG {a:?} is not a ratio between 0 and 1")
+                    }),
+            }
+        };
+        Ok(match name.trim() {
+            "always_on" => TraceSampler::AlwaysOn,
+            "always_off" => TraceSampler::AlwaysOff,
+            "traceidratio" => TraceSampler::TraceIdRatio(ratio()?),
+            "parentbased_always_on" => TraceSampler::ParentBasedAlwaysOn,
+            "parentbased_always_off" => TraceSampler::ParentBasedAlwaysOff,
+            "parentbased_traceidratio" => TraceSampler::ParentBasedTraceIdRatio(ratio()?),
+            other => anyhow::bail!(
+                "OTEL_TRACES_SAMPLER {other:?} is not supported; use always_on, always_off, \
+                 traceidratio, parentbased_always_on, parentbased_always_off or \
+                 parentbased_traceidratio"
+            ),
+        })
+    }
+
+    fn sdk(self) -> Sampler {
+        match self {
+            TraceSampler::AlwaysOn => Sampler::AlwaysOn,
+            TraceSampler::AlwaysOff => Sampler::AlwaysOff,
+            TraceSampler::TraceIdRatio(r) => Sampler::TraceIdRatioBased(r),
+            TraceSampler::ParentBasedAlwaysOn => Sampler::ParentBased(Box::new(Sampler::AlwaysOn)),
+            TraceSampler::ParentBasedAlwaysOff => {
+                Sampler::ParentBased(Box::new(Sampler::AlwaysOff))
+            }
+            TraceSampler::ParentBasedTraceIdRatio(r) => {
+                Sampler::ParentBased(Box::new(Sampler::TraceIdRatioBased(r)))
+            }
+        }
+    }
 }
 
 impl OtlpSettings {
     /// Reads `OTEL_SDK_DISABLED`, `OTEL_TRACES_EXPORTER`, `OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT`,
-    /// `OTEL_EXPORTER_OTLP_[TRACES_]PROTOCOL` and `OTEL_SERVICE_NAME`. The SDK itself reads
-    /// `OTEL_RESOURCE_ATTRIBUTES` and `OTEL_TRACES_SAMPLER[_ARG]`.
-    pub fn from_env() -> Self {
-        let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+    /// `OTEL_EXPORTER_OTLP_[TRACES_]PROTOCOL`, `OTEL_SERVICE_NAME`, `OTEL_RESOURCE_ATTRIBUTES`
+    /// and `OTEL_TRACES_SAMPLER[_ARG]` from the process environment. (The exporter itself reads
+    /// `OTEL_EXPORTER_OTLP_[TRACES_]TIMEOUT` and `..._HEADERS`; the batch queue `OTEL_BSP_*`.)
+    pub fn from_env() -> anyhow::Result<Self> {
+        Self::from_lookup(|k| std::env::var(k).ok())
+    }
+
+    /// [`OtlpSettings::from_env`] over any source of variables.
+    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> anyhow::Result<Self> {
+        let env = |k: &str| lookup(k).filter(|v| !v.trim().is_empty());
         let disabled = env("OTEL_SDK_DISABLED").is_some_and(|v| v.eq_ignore_ascii_case("true"))
             || env("OTEL_TRACES_EXPORTER").is_some_and(|v| v == "none");
         let endpoint = env("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
             .or_else(|| env("OTEL_EXPORTER_OTLP_ENDPOINT"));
-        OtlpSettings {
+        let protocol = env("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
+            .or_else(|| env("OTEL_EXPORTER_OTLP_PROTOCOL"))
+            .unwrap_or_else(|| "grpc".to_string());
+        if !["grpc", "http/protobuf"].contains(&protocol.as_str()) {
+            anyhow::bail!(
+                "OTEL_EXPORTER_OTLP_PROTOCOL {protocol:?} is not supported; use grpc or http/protobuf"
+            );
+        }
+        let resource_attributes = env("OTEL_RESOURCE_ATTRIBUTES")
+            .map(|v| parse_resource_attributes(&v))
+            .transpose()?
+            .unwrap_or_default();
+        let sampler = match env("OTEL_TRACES_SAMPLER") {
+            Some(name) => TraceSampler::parse(&name, env("OTEL_TRACES_SAMPLER_ARG").as_deref())?,
+            None => TraceSampler::default(),
+        };
+        Ok(OtlpSettings {
             endpoint: endpoint.filter(|_| !disabled),
-            protocol: env("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
-                .or_else(|| env("OTEL_EXPORTER_OTLP_PROTOCOL"))
-                .unwrap_or_else(|| "grpc".to_string()),
+            protocol,
             service_name: env("OTEL_SERVICE_NAME"),
+            resource_attributes,
+            sampler,
+        })
+    }
+}
+
+/// `key=value,key=value` with percent-encoded values, as `OTEL_RESOURCE_ATTRIBUTES` holds them.
+fn parse_resource_attributes(text: &str) -> anyhow::Result<Vec<(String, String)>> {
+    text.split(',')
+        .filter(|pair| !pair.trim().is_empty())
+        .map(|pair| {
+            let (key, value) = pair
+                .split_once('=')
+                .with_context(|| format!("OTEL_RESOURCE_ATTRIBUTES: {pair:?} is not key=value"))?;
+            Ok((key.trim().to_string(), percent_decode(value.trim())))
+        })
+        .collect()
+}
+
+fn percent_decode(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = bytes
+            .get(i + 1..i + 3)
+            .and_then(|h| std::str::from_utf8(h).ok())
+            .and_then(|h| u8::from_str_radix(h, 16).ok());
+        match (bytes[i], hex) {
+            (b'%', Some(b)) => {
+                out.push(b);
+                i += 3;
+            }
+            (b, _) => {
+                out.push(b);
+                i += 1;
+            }
         }
     }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// Installs logging (`filter` in EnvFilter syntax, e.g. `info` or `tenantplane_syncer=debug,info`)
 /// and tracing for `service`, with OTLP configured by the environment. Call once, early in
 /// `main`, inside a tokio runtime.
 pub fn init(service: &str, format: LogFormat, filter: &str) -> anyhow::Result<Telemetry> {
-    init_with(service, format, filter, &OtlpSettings::from_env())
+    init_with(service, format, filter, &OtlpSettings::from_env()?)
 }
 
 /// [`init`] with explicit OTLP settings.
@@ -151,14 +280,32 @@ fn tracer_provider(
         }
     }
     .context("building the OTLP span exporter")?;
+    // OTEL_SERVICE_NAME, then service.name among the resource attributes, then the binary.
     let name = otlp
         .service_name
         .clone()
+        .or_else(|| {
+            otlp.resource_attributes
+                .iter()
+                .find(|(k, _)| k == "service.name")
+                .map(|(_, v)| v.clone())
+        })
         .unwrap_or_else(|| service.to_string());
+    let resource = Resource::builder()
+        .with_attributes(
+            otlp.resource_attributes
+                .iter()
+                .map(|(k, v)| KeyValue::new(k.clone(), v.clone())),
+        )
+        .with_service_name(name)
+        .build();
+    // The batch processor exports from its own thread through a bounded queue (2048 spans,
+    // `OTEL_BSP_MAX_QUEUE_SIZE`): when the collector is down or slow, new spans are dropped.
     Ok(Some(
         SdkTracerProvider::builder()
             .with_batch_exporter(exporter)
-            .with_resource(Resource::builder().with_service_name(name).build())
+            .with_sampler(otlp.sampler.sdk())
+            .with_resource(resource)
             .build(),
     ))
 }
@@ -169,7 +316,7 @@ pub fn current_trace_ids() -> Option<(String, String)> {
     let context = tracing::Span::current().context();
     let span = context.span();
     let span_context = span.span_context();
-    span_context.is_valid().then(|| {
+    (span_context.is_valid() && span_context.is_sampled()).then(|| {
         (
             span_context.trace_id().to_string(),
             span_context.span_id().to_string(),
@@ -178,7 +325,170 @@ pub fn current_trace_ids() -> Option<(String, String)> {
 }
 
 /// Builds the URL of a trace in a tracing UI from a template containing `{trace_id}`
-/// (e.g. `http://localhost:16686/trace/{trace_id}` for Jaeger).
+/// (e.g. `http://localhost:16686/trace/{trace_id}` for Jaeger). [`TraceUrl`] is the validated
+/// form the commands take as a flag.
 pub fn trace_link(template: &str, trace_id: &str) -> String {
     template.replace("{trace_id}", trace_id)
+}
+
+/// Jaeger's UI on this machine (the all-in-one binary or container, or the Tilt dev overlay's
+/// port-forward): the default of [`TraceUrl`].
+pub const DEFAULT_TRACE_URL: &str = "http://localhost:16686/trace/{trace_id}";
+
+/// The environment variable the `tenantplane` commands read the trace URL template from.
+pub const TRACE_URL_ENV: &str = "TENANTPLANE_TRACE_URL";
+
+/// The URL template of a trace in a tracing UI: an `http://` or `https://` URL containing
+/// `{trace_id}`. Commands that print decisions take it as `--trace-url` ([`TRACE_URL_ENV`]) and
+/// print [`TraceUrl::link`] of each decision's trace id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TraceUrl(String);
+
+impl TraceUrl {
+    /// The link to the trace `trace_id`.
+    pub fn link(&self, trace_id: &str) -> String {
+        trace_link(&self.0, trace_id)
+    }
+
+    /// The link to a decision's trace, when it has one.
+    pub fn link_opt(&self, trace_id: Option<&str>) -> Option<String> {
+        trace_id.filter(|t| !t.is_empty()).map(|t| self.link(t))
+    }
+}
+
+impl Default for TraceUrl {
+    fn default() -> Self {
+        TraceUrl(DEFAULT_TRACE_URL.to_string())
+    }
+}
+
+impl std::fmt::Display for TraceUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::str::FromStr for TraceUrl {
+    type Err = String;
+
+    fn from_str(template: &str) -> Result<Self, Self::Err> {
+        if !(template.starts_with("http://") || template.starts_with("https://")) {
+            return Err(format!(
+                "trace URL template {template:?} must be an http:// or https:// URL"
+            ));
+        }
+        if !template.contains("{trace_id}") {
+            return Err(format!(
+                "trace URL template {template:?} must contain {{trace_id}} (e.g. {DEFAULT_TRACE_URL})"
+            ));
+        }
+        Ok(TraceUrl(template.to_string()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn otel_variables_are_read_and_bad_values_named() {
+        let vars = |pairs: &'static [(&'static str, &'static str)]| {
+            move |k: &str| {
+                pairs
+                    .iter()
+                    .find(|(name, _)| *name == k)
+                    .map(|(_, v)| v.to_string())
+            }
+        };
+        let s = OtlpSettings::from_lookup(vars(&[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4318"),
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf"),
+            ("OTEL_SERVICE_NAME", "syncer-eu"),
+            (
+                "OTEL_RESOURCE_ATTRIBUTES",
+                "deployment.environment=prod, k8s.cluster.name=eu%2C1",
+            ),
+            ("OTEL_TRACES_SAMPLER", "parentbased_traceidratio"),
+            ("OTEL_TRACES_SAMPLER_ARG", "0.25"),
+        ]))
+        .unwrap();
+        assert_eq!(s.endpoint.as_deref(), Some("http://collector:4318"));
+        assert_eq!(s.protocol, "http/protobuf");
+        assert_eq!(s.service_name.as_deref(), Some("syncer-eu"));
+        assert_eq!(
+            s.resource_attributes,
+            vec![
+                ("deployment.environment".into(), "prod".into()),
+                ("k8s.cluster.name".into(), "eu,1".into())
+            ]
+        );
+        assert_eq!(s.sampler, TraceSampler::ParentBasedTraceIdRatio(0.25));
+
+        let traces_endpoint_wins = OtlpSettings::from_lookup(vars(&[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://a:4317"),
+            ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "http://b:4317"),
+        ]))
+        .unwrap();
+        assert_eq!(
+            traces_endpoint_wins.endpoint.as_deref(),
+            Some("http://b:4317")
+        );
+        assert_eq!(
+            traces_endpoint_wins.sampler,
+            TraceSampler::ParentBasedAlwaysOn
+        );
+
+        let off = OtlpSettings::from_lookup(vars(&[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://a:4317"),
+            ("OTEL_SDK_DISABLED", "true"),
+        ]))
+        .unwrap();
+        assert_eq!(off.endpoint, None, "OTEL_SDK_DISABLED means no exporter");
+        assert_eq!(OtlpSettings::from_lookup(|_| None).unwrap().endpoint, None);
+
+        let bad = |pairs| {
+            OtlpSettings::from_lookup(vars(pairs))
+                .unwrap_err()
+                .to_string()
+        };
+        assert!(bad(&[("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json")]).contains("\"http/json\""));
+        assert!(bad(&[("OTEL_TRACES_SAMPLER", "xray")]).contains("\"xray\" is not supported"));
+        assert!(
+            bad(&[
+                ("OTEL_TRACES_SAMPLER", "traceidratio"),
+                ("OTEL_TRACES_SAMPLER_ARG", "2")
+            ])
+            .contains("between 0 and 1")
+        );
+        assert!(bad(&[("OTEL_RESOURCE_ATTRIBUTES", "team")]).contains("\"team\" is not key=value"));
+    }
+
+    #[test]
+    fn trace_url_templates_are_checked_and_filled() {
+        let jaeger = TraceUrl::default();
+        assert_eq!(
+            jaeger.link("4bf92f3577b34da6a3ce929d0e0e4736"),
+            "http://localhost:16686/trace/4bf92f3577b34da6a3ce929d0e0e4736"
+        );
+        let grafana: TraceUrl = "https://grafana.example/explore?traceId={trace_id}"
+            .parse()
+            .unwrap();
+        assert_eq!(
+            grafana.link_opt(Some("abc")).as_deref(),
+            Some("https://grafana.example/explore?traceId=abc")
+        );
+        assert_eq!(grafana.link_opt(None), None);
+        assert!(
+            "http://localhost:16686/trace/"
+                .parse::<TraceUrl>()
+                .unwrap_err()
+                .contains("must contain {trace_id}")
+        );
+        assert!(
+            "localhost:16686/{trace_id}"
+                .parse::<TraceUrl>()
+                .unwrap_err()
+                .contains("http://")
+        );
+    }
 }

@@ -4,6 +4,10 @@
 //! Client: `MyClient::with_interceptor(channel, propagation::inject_trace_context)`.
 //! Server: `Server::builder().layer(propagation::grpc_server_trace_layer())`: every RPC gets a
 //! `grpc.server` span named after its method, parented to the incoming `traceparent`.
+//!
+//! A batch RPC about many objects, each with its own span (the syncer's Plan call: one decision
+//! span per object), also carries one `traceparent` per object in the request body:
+//! [`traceparent`] writes one for a span, [`set_parent_from_traceparent`] reads it on the server.
 
 use opentelemetry::propagation::{Extractor, Injector};
 use tonic::metadata::{MetadataKey, MetadataMap, MetadataValue};
@@ -57,6 +61,30 @@ pub fn extract(headers: &http::HeaderMap) -> opentelemetry::Context {
     opentelemetry::global::get_text_map_propagator(|propagator| {
         propagator.extract(&HeaderExtractor(headers))
     })
+}
+
+/// The W3C `traceparent` value of `span` (`00-<trace id>-<span id>-<flags>`), when it is traced.
+pub fn traceparent(span: &tracing::Span) -> Option<String> {
+    let context = span.context();
+    let mut carrier = std::collections::HashMap::new();
+    opentelemetry::global::get_text_map_propagator(|propagator| {
+        propagator.inject_context(&context, &mut carrier);
+    });
+    carrier.remove("traceparent")
+}
+
+/// Makes `span` a child of the span a `traceparent` value names (as [`traceparent`] wrote it).
+/// Returns false, leaving `span` as it was, when the value is empty or not a valid traceparent.
+pub fn set_parent_from_traceparent(span: &tracing::Span, traceparent: &str) -> bool {
+    use opentelemetry::trace::TraceContextExt as _;
+    if traceparent.is_empty() {
+        return false;
+    }
+    let carrier =
+        std::collections::HashMap::from([("traceparent".to_string(), traceparent.to_string())]);
+    let context =
+        opentelemetry::global::get_text_map_propagator(|propagator| propagator.extract(&carrier));
+    context.span().span_context().is_valid() && span.set_parent(context).is_ok()
 }
 
 /// Opens the server span of each gRPC request as a child of the caller's span.

@@ -17,7 +17,7 @@ async fn spans_are_dropped_not_queued_forever_when_the_collector_is_down() {
         &OtlpSettings {
             endpoint: Some(format!("http://{closed}")),
             protocol: "grpc".into(),
-            service_name: None,
+            ..Default::default()
         },
     )
     .unwrap();

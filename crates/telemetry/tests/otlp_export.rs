@@ -1,6 +1,6 @@
 //! Spans reach a real OTLP receiver (the official OpenTelemetry proto definitions, served in this
 //! test process), and a gRPC call made inside a span has its server span as a child: same trace,
-//! parent span id = the caller's span id.
+//! parent span id = the caller's span id. The resource carries the configured attributes.
 
 use std::sync::{Arc, Mutex};
 
@@ -10,6 +10,8 @@ use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
 use opentelemetry_proto::tonic::collector::trace::v1::{
     ExportTraceServiceRequest, ExportTraceServiceResponse,
 };
+use opentelemetry_proto::tonic::common::v1::any_value::Value;
+use opentelemetry_proto::tonic::resource::v1::Resource;
 use opentelemetry_proto::tonic::trace::v1::Span;
 use tenantplane_telemetry::{LogFormat, OtlpSettings, init_with, propagation};
 use tokio_stream::wrappers::TcpListenerStream;
@@ -20,6 +22,7 @@ use tracing::Instrument;
 #[derive(Clone, Default)]
 struct Receiver {
     spans: Arc<Mutex<Vec<Span>>>,
+    resources: Arc<Mutex<Vec<Resource>>>,
 }
 
 #[tonic::async_trait]
@@ -30,6 +33,10 @@ impl TraceService for Receiver {
     ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
         let mut spans = self.spans.lock().unwrap();
         for resource in request.into_inner().resource_spans {
+            self.resources
+                .lock()
+                .unwrap()
+                .extend(resource.resource.clone());
             for scope in resource.scope_spans {
                 spans.extend(scope.spans);
             }
@@ -62,6 +69,11 @@ async fn a_grpc_call_inside_a_span_exports_a_parent_and_a_child_span() {
             endpoint: Some(format!("http://{otlp_addr}")),
             protocol: "grpc".into(),
             service_name: None,
+            resource_attributes: vec![
+                ("service.name".into(), "syncer-eu".into()),
+                ("deployment.environment".into(), "test".into()),
+            ],
+            ..Default::default()
         },
     )
     .unwrap();
@@ -115,6 +127,23 @@ async fn a_grpc_call_inside_a_span_exports_a_parent_and_a_child_span() {
     assert_eq!(
         child.parent_span_id, parent.span_id,
         "the server span is the caller's child"
+    );
+    let resource = receiver.resources.lock().unwrap()[0].clone();
+    let attribute = |key: &str| {
+        resource
+            .attributes
+            .iter()
+            .find(|a| a.key == key)
+            .and_then(|a| a.value.as_ref()?.value.clone())
+    };
+    assert_eq!(
+        attribute("service.name"),
+        Some(Value::StringValue("syncer-eu".into())),
+        "service.name of OTEL_RESOURCE_ATTRIBUTES wins over the binary's name"
+    );
+    assert_eq!(
+        attribute("deployment.environment"),
+        Some(Value::StringValue("test".into()))
     );
 }
 
