@@ -19,4 +19,4 @@ mod planner;
 
 pub use error::{FieldError, RequestError};
 pub use isolation::IsolationService;
-pub use planner::{COMPONENT, PlannerService};
+pub use planner::{COMPONENT, PLAN_OBJECT_SPAN, PlannerService};

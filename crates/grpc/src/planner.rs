@@ -18,7 +18,7 @@ use tenantplane_proto::types::v1 as types;
 use tonic::{Request, Response, Status};
 
 use crate::convert::{from_proto, to_proto};
-use crate::error::RequestError;
+use crate::error::{FieldError, RequestError};
 
 /// The acting component recorded in the decisions the planner service returns.
 pub const COMPONENT: &str = "tenantplane-planner";
@@ -114,15 +114,36 @@ impl PlannerService {
                     .map_err(|error| RequestError::Object { at, error })?,
             );
         }
+        if !request.trace_contexts.is_empty() && request.trace_contexts.len() != objects.len() {
+            return Err(FieldError::new(
+                "trace_contexts",
+                format!(
+                    "has {} entries for {} objects; send none or one per object",
+                    request.trace_contexts.len(),
+                    objects.len()
+                ),
+            )
+            .into());
+        }
         let planner = self.planner(&tenant, &request.sync_policy)?;
-        let plans = planner
-            .plan_all(&objects, &host)
-            .zip(&objects)
-            .map(|(plan, object)| {
-                let decision = plan.to_decision(planner.tenant(), object, Stamp::now(COMPONENT));
-                to_proto::object_plan(&object.identity, &plan, &decision)
-            })
-            .collect();
+        let mut planned = planner.plan_all(&objects, &host);
+        let mut plans = Vec::with_capacity(objects.len());
+        for (i, object) in objects.iter().enumerate() {
+            // The caller's decision span of this object, when it sent one: planning it is a
+            // child span there, so each decision's trace shows its own planning.
+            let span = request
+                .trace_contexts
+                .get(i)
+                .and_then(|parent| object_span(object, parent));
+            let _entered = span.as_ref().map(tracing::Span::enter);
+            let plan = planned.next().expect("plan_all yields one plan per object");
+            if let Some(span) = &span {
+                span.record("tenantplane.decision.outcome", plan.outcome.as_str());
+                span.record("tenantplane.decision.reason", plan.reason.as_str());
+            }
+            let decision = plan.to_decision(planner.tenant(), object, Stamp::now(COMPONENT));
+            plans.push(to_proto::object_plan(&object.identity, &plan, &decision));
+        }
         let policy = planner.policy();
         Ok(PlanResponse {
             plans,
@@ -170,6 +191,24 @@ impl PlannerService {
         }
         Ok(response)
     }
+}
+
+/// Name of the span the planner opens per object whose trace context the request carries.
+pub const PLAN_OBJECT_SPAN: &str = "tenantplane.planner.plan_object";
+
+/// The span of planning one object, a child of the caller's span for it; `None` when `parent` is
+/// not a valid `traceparent`.
+fn object_span(object: &TenantObject, parent: &str) -> Option<tracing::Span> {
+    let id = &object.identity;
+    let span = tracing::info_span!(
+        "tenantplane.planner.plan_object",
+        tenantplane.subject.kind = %id.kind,
+        tenantplane.subject.namespace = %id.namespace,
+        tenantplane.subject.name = %id.name,
+        tenantplane.decision.outcome = tracing::field::Empty,
+        tenantplane.decision.reason = tracing::field::Empty,
+    );
+    tenantplane_telemetry::propagation::set_parent_from_traceparent(&span, parent).then_some(span)
 }
 
 #[tonic::async_trait]

@@ -26,6 +26,7 @@ fn request(objects: &[serde_json::Value]) -> PlanRequest {
         sync_policy: Vec::new(),
         objects: objects.iter().map(json).collect(),
         host_objects: Vec::new(),
+        trace_contexts: Vec::new(),
     }
 }
 
@@ -187,6 +188,23 @@ async fn a_bad_object_fails_the_request_naming_its_field() {
     ));
     let (field, _) = violation(&client.plan(req).await.unwrap_err());
     assert_eq!(field, "host_objects[0].kind");
+
+    let mut req = request(&objects[..2]);
+    req.trace_contexts = vec!["00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".into()];
+    let (field, description) = violation(&client.plan(req).await.unwrap_err());
+    assert_eq!(field, "trace_contexts");
+    assert_eq!(
+        description,
+        "has 1 entries for 2 objects; send none or one per object"
+    );
+
+    // One per object, valid or not, is fine: a bad traceparent is ignored.
+    let mut req = request(&objects[..2]);
+    req.trace_contexts = vec![
+        "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".into(),
+        "not a traceparent".into(),
+    ];
+    assert_eq!(client.plan(req).await.unwrap().into_inner().plans.len(), 2);
 }
 
 #[tokio::test]
