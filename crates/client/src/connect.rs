@@ -1,6 +1,6 @@
 //! Where a service is and how to reach it.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
@@ -21,6 +21,8 @@ pub struct ClientConfig {
     pub tls: Option<ClientTls>,
     /// How long to wait for the connection.
     pub connect_timeout: Duration,
+    /// How long a call may take before it fails with DEADLINE_EXCEEDED; `None`: no limit.
+    pub timeout: Option<Duration>,
 }
 
 impl ClientConfig {
@@ -30,7 +32,14 @@ impl ClientConfig {
             address: address.into(),
             tls: None,
             connect_timeout: Duration::from_secs(5),
+            timeout: None,
         }
+    }
+
+    /// The same, with calls limited to `timeout`.
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
     }
 
     /// The same address over TLS.
@@ -69,6 +78,24 @@ impl ClientTls {
 
 /// Connects to a service.
 pub async fn connect(config: &ClientConfig) -> Result<Channel, ClientError> {
+    let (url, endpoint) = endpoint(config)?;
+    endpoint
+        .connect()
+        .await
+        .map_err(|source| ClientError::Connect {
+            address: url,
+            source,
+        })
+}
+
+/// A channel that connects on its first call and reconnects by itself: for long-running callers
+/// (the syncer), which must start while a service is down and wait for it, not fail.
+pub fn connect_lazy(config: &ClientConfig) -> Result<Channel, ClientError> {
+    Ok(endpoint(config)?.1.connect_lazy())
+}
+
+/// The URL and endpoint a configuration describes.
+fn endpoint(config: &ClientConfig) -> Result<(String, Endpoint), ClientError> {
     let url = if config.address.contains("://") {
         config.address.clone()
     } else if config.tls.is_some() {
@@ -80,6 +107,9 @@ pub async fn connect(config: &ClientConfig) -> Result<Channel, ClientError> {
     let mut endpoint = Endpoint::from_shared(url.clone())
         .map_err(|e| invalid(e.to_string()))?
         .connect_timeout(config.connect_timeout);
+    if let Some(timeout) = config.timeout {
+        endpoint = endpoint.timeout(timeout);
+    }
     if let Some(tls) = &config.tls {
         let mut tls_config =
             ClientTlsConfig::new().ca_certificate(Certificate::from_pem(&tls.ca_pem));
@@ -93,13 +123,64 @@ pub async fn connect(config: &ClientConfig) -> Result<Channel, ClientError> {
             .tls_config(tls_config)
             .map_err(|e| invalid(e.to_string()))?;
     }
-    endpoint
-        .connect()
-        .await
-        .map_err(|source| ClientError::Connect {
-            address: url,
-            source,
+    Ok((url, endpoint))
+}
+
+/// TLS flags of a program that calls the services (the syncer), read into a [`ClientTls`].
+/// Named `--client-tls-*` so that they sit beside a service's own `--tls-*` server flags.
+#[derive(Clone, Debug, Default, clap::Args)]
+pub struct ClientTlsArgs {
+    /// PEM CA certificates the services' certificates must chain to; enables TLS to them.
+    #[arg(long, env = "TENANTPLANE_CLIENT_TLS_CA", value_name = "FILE")]
+    pub client_tls_ca: Option<PathBuf>,
+    /// PEM certificate chain presented to the services (mutual TLS).
+    #[arg(
+        long,
+        env = "TENANTPLANE_CLIENT_TLS_CERT",
+        requires_all = ["client_tls_ca", "client_tls_key"],
+        value_name = "FILE"
+    )]
+    pub client_tls_cert: Option<PathBuf>,
+    /// PEM private key of that certificate.
+    #[arg(
+        long,
+        env = "TENANTPLANE_CLIENT_TLS_KEY",
+        requires = "client_tls_cert",
+        value_name = "FILE"
+    )]
+    pub client_tls_key: Option<PathBuf>,
+    /// Name to verify the services' certificates against, when not the address's host.
+    #[arg(
+        long,
+        env = "TENANTPLANE_CLIENT_TLS_SERVER_NAME",
+        requires = "client_tls_ca"
+    )]
+    pub client_tls_server_name: Option<String>,
+}
+
+impl ClientTlsArgs {
+    /// The TLS settings these flags ask for (`None`: plaintext).
+    pub fn client_tls(&self) -> Result<Option<ClientTls>, ClientError> {
+        let Some(ca) = &self.client_tls_ca else {
+            return Ok(None);
+        };
+        let identity = match (&self.client_tls_cert, &self.client_tls_key) {
+            (Some(cert), Some(key)) => Some((cert.as_path(), key.as_path())),
+            _ => None,
+        };
+        let mut tls = ClientTls::from_files(ca, identity)?;
+        tls.domain = self.client_tls_server_name.clone();
+        Ok(Some(tls))
+    }
+
+    /// A client configuration for `address` with these TLS settings.
+    pub fn config(&self, address: &str) -> Result<ClientConfig, ClientError> {
+        let config = ClientConfig::new(address);
+        Ok(match self.client_tls()? {
+            Some(tls) => config.with_tls(tls),
+            None => config,
         })
+    }
 }
 
 /// The response size limit clients set on their stubs.

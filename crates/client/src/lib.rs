@@ -17,7 +17,7 @@ mod error;
 mod isolation;
 mod planner;
 
-pub use connect::{ClientConfig, ClientTls, connect};
+pub use connect::{ClientConfig, ClientTls, ClientTlsArgs, connect, connect_lazy};
 pub use error::ClientError;
 pub use isolation::{CompiledIsolation, IsolationClient};
 pub use planner::{HostObjectSource, PlannedObject, PlannerClient, Version};

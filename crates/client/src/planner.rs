@@ -93,6 +93,29 @@ impl PlannerClient {
         objects: &[TenantObject],
         host: &[HostObjectMeta],
     ) -> Result<Vec<PlannedObject>, ClientError> {
+        self.plan_traced(tenant, sync_policy, objects, host, &[])
+            .await
+    }
+
+    /// [`plan`](Self::plan), with the W3C `traceparent` of each object's own span (empty, or one
+    /// per object): the planner plans each object in a child span of it
+    /// (`tenantplane.planner.plan_object`), so a batch of decisions shares one call while each
+    /// decision's trace shows its planning.
+    pub async fn plan_traced(
+        &mut self,
+        tenant: &Tenant,
+        sync_policy: Option<&str>,
+        objects: &[TenantObject],
+        host: &[HostObjectMeta],
+        trace_contexts: &[String],
+    ) -> Result<Vec<PlannedObject>, ClientError> {
+        if !trace_contexts.is_empty() && trace_contexts.len() != objects.len() {
+            return Err(ClientError::Config(format!(
+                "{} trace contexts for {} objects",
+                trace_contexts.len(),
+                objects.len()
+            )));
+        }
         let host_objects: Vec<Vec<u8>> = host.iter().map(host_object_json).collect();
         let mut planned = Vec::with_capacity(objects.len());
         let mut start = 0;
@@ -102,6 +125,7 @@ impl PlannerClient {
                 sync_policy: sync_policy.unwrap_or_default().as_bytes().to_vec(),
                 objects: Vec::new(),
                 host_objects: host_objects.clone(),
+                trace_contexts: Vec::new(),
             };
             let mut bytes = 0;
             for object in &objects[start..] {
@@ -115,6 +139,9 @@ impl PlannerClient {
                 request.objects.push(json);
             }
             let sent = request.objects.len();
+            if !trace_contexts.is_empty() {
+                request.trace_contexts = trace_contexts[start..start + sent].to_vec();
+            }
             let response = self.inner.plan(request).await?.into_inner();
             if response.plans.len() != sent {
                 return Err(FieldError::new(
