@@ -42,7 +42,7 @@ ENTRYPOINT ["/usr/local/bin/tenantplane-isolation-compiler"]
 
 FROM runtime AS syncer
 COPY --from=builder /out/tenantplane-syncer /usr/local/bin/tenantplane-syncer
-EXPOSE 9440
+EXPOSE 7421 7422
 ENTRYPOINT ["/usr/local/bin/tenantplane-syncer"]
 
 # Development image (Tilt): a static (musl) binary built on the host, in a directory the
