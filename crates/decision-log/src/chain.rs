@@ -19,6 +19,7 @@ use sha2::{Digest, Sha256};
 use tenantplane_core::decision::Decision;
 
 use crate::Error;
+use crate::index::IndexColumns;
 
 /// The previous hash of the first link ever appended.
 pub const GENESIS_HASH: &str = "0000000000000000000000000000000000000000000000000000000000000000";
@@ -45,7 +46,12 @@ pub struct Link {
 impl Link {
     /// Chains `decision` after `(prev_sequence, prev_hash)`.
     pub fn new(decision: &Decision, prev_sequence: u64, prev_hash: &str) -> Result<Link, Error> {
-        let record = canonical_json(&serde_json::to_value(decision)?);
+        let record = canonical_record(decision)?;
+        debug_assert_eq!(
+            record,
+            canonical_json(&serde_json::to_value(decision)?),
+            "canonical_record must write what canonical_json does"
+        );
         let sequence = prev_sequence + 1;
         Ok(Link {
             sequence,
@@ -219,6 +225,116 @@ fn write_canonical(value: &Value, out: &mut String) {
     }
 }
 
+/// The canonical JSON of `decision`, written straight from the struct: the same text as
+/// `canonical_json(&serde_json::to_value(decision)?)`, without building the intermediate
+/// [`Value`] and sorting its keys (which was most of the cost of an append). The keys below
+/// are in byte order; a test and a debug assertion in [`Link::new`] compare it with
+/// [`canonical_json`], and a field added to [`Decision`] fails that test until it is written
+/// here too.
+pub fn canonical_record(decision: &Decision) -> Result<String, Error> {
+    let d = decision;
+    let mut out = Vec::with_capacity(1024);
+    let mut o = Object::open(&mut out);
+    o.field("action", &d.action)?;
+    o.field("component", &d.component)?;
+    o.field("componentVersion", &d.component_version)?;
+    o.optional("fieldPath", &d.field_path)?;
+    o.field("id", &d.id)?;
+    o.field("inputDigest", &d.input_digest)?;
+    o.field("mappingVersion", &d.mapping_version)?;
+    o.field("message", &d.message)?;
+    o.field("outcome", &d.outcome)?;
+    if let Some(p) = &d.policy {
+        let mut p_o = o.object("policy");
+        p_o.field("name", &p.name)?;
+        p_o.field("revision", &p.revision)?;
+        p_o.optional("rule", &p.rule)?;
+        p_o.close();
+    }
+    if let Some(p) = &d.profile {
+        let mut p_o = o.object("profile");
+        p_o.field("fieldPath", &p.field_path)?;
+        p_o.field("generation", &p.generation)?;
+        p_o.field("name", &p.name)?;
+        p_o.close();
+    }
+    o.field("reason", &d.reason)?;
+    o.optional("spanId", &d.span_id)?;
+    if !d.stripped_keys.is_empty() {
+        o.field("strippedKeys", &d.stripped_keys)?;
+    }
+    let s = &d.subject;
+    let mut s_o = o.object("subject");
+    s_o.field("apiVersion", &s.api_version)?;
+    s_o.field("kind", &s.kind)?;
+    s_o.field("name", &s.name)?;
+    s_o.field("namespace", &s.namespace)?;
+    s_o.field("resourceVersion", &s.resource_version)?;
+    s_o.field("uid", &s.uid)?;
+    s_o.close();
+    if let Some(t) = &d.target {
+        let mut t_o = o.object("target");
+        t_o.field("apiVersion", &t.api_version)?;
+        t_o.field("kind", &t.kind)?;
+        t_o.field("name", &t.name)?;
+        t_o.field("namespace", &t.namespace)?;
+        t_o.close();
+    }
+    o.field("tenant", &d.tenant)?;
+    o.field("time", &d.time)?;
+    o.optional("traceId", &d.trace_id)?;
+    o.close();
+    String::from_utf8(out).map_err(|e| Error::Corrupt(format!("record is not UTF-8: {e}")))
+}
+
+/// A JSON object being written: fields go in the order they are given, which the caller keeps
+/// sorted; values are written by serde_json, so strings and numbers are formatted as
+/// [`canonical_json`] formats them.
+struct Object<'a> {
+    out: &'a mut Vec<u8>,
+    empty: bool,
+}
+
+impl<'a> Object<'a> {
+    fn open(out: &'a mut Vec<u8>) -> Object<'a> {
+        out.push(b'{');
+        Object { out, empty: true }
+    }
+
+    fn key(&mut self, key: &str) {
+        if !self.empty {
+            self.out.push(b',');
+        }
+        self.empty = false;
+        // Keys are plain ASCII identifiers: nothing to escape.
+        self.out.push(b'"');
+        self.out.extend_from_slice(key.as_bytes());
+        self.out.extend_from_slice(b"\":");
+    }
+
+    fn field(&mut self, key: &str, value: &impl Serialize) -> Result<(), Error> {
+        self.key(key);
+        serde_json::to_writer(&mut *self.out, value)?;
+        Ok(())
+    }
+
+    fn optional(&mut self, key: &str, value: &Option<impl Serialize>) -> Result<(), Error> {
+        match value {
+            Some(v) => self.field(key, v),
+            None => Ok(()),
+        }
+    }
+
+    fn object(&mut self, key: &str) -> Object<'_> {
+        self.key(key);
+        Object::open(self.out)
+    }
+
+    fn close(self) {
+        self.out.push(b'}');
+    }
+}
+
 /// Why verification stopped.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", tag = "kind")]
@@ -240,6 +356,18 @@ pub enum Break {
     HashMismatch {
         /// The edited link.
         sequence: u64,
+    },
+    /// An index column of a row differs from what its record says: the column was edited, so
+    /// queries on it return the wrong decisions.
+    IndexMismatch {
+        /// The link.
+        sequence: u64,
+        /// The column.
+        column: String,
+        /// The value stored in the column.
+        stored: String,
+        /// The value the hashed record gives.
+        recorded: String,
     },
     /// A record is not canonical JSON of a decision.
     BadRecord {
@@ -282,6 +410,16 @@ impl fmt::Display for Break {
             Break::HashMismatch { sequence } => {
                 write!(f, "link {sequence} does not match its hash (record edited)")
             }
+            Break::IndexMismatch {
+                sequence,
+                column,
+                stored,
+                recorded,
+            } => write!(
+                f,
+                "link {sequence}: index column {column} holds {stored:?} but the record says \
+                 {recorded:?} (column edited; queries on it return wrong results)"
+            ),
             Break::BadRecord { sequence, detail } => {
                 write!(
                     f,
@@ -391,6 +529,16 @@ impl Verifier {
 
     /// Checks the next link.
     pub fn push(&mut self, link: &Link) {
+        self.check(link, None);
+    }
+
+    /// Checks the next link of a database, and that its index columns, as stored, are what
+    /// its record says.
+    pub fn push_indexed(&mut self, link: &Link, stored: &IndexColumns) {
+        self.check(link, Some(stored));
+    }
+
+    fn check(&mut self, link: &Link, stored: Option<&IndexColumns>) {
         if self.is_broken() {
             return;
         }
@@ -409,7 +557,11 @@ impl Verifier {
                 sequence: link.sequence,
             })
         } else {
-            check_record(link)
+            match (check_record(link), stored) {
+                (Err(b), _) => Some(b),
+                (Ok(decision), Some(stored)) => check_index(link.sequence, &decision, stored),
+                (Ok(_), None) => None,
+            }
         };
         match found {
             Some(b) => self.report.first_break = Some(b),
@@ -464,22 +616,107 @@ impl Verifier {
 
 /// A record must be a decision in canonical form: otherwise two different texts could stand
 /// for one decision, and what the hash covers would be ambiguous.
-fn check_record(link: &Link) -> Option<Break> {
-    let bad = |detail: String| {
-        Some(Break::BadRecord {
-            sequence: link.sequence,
-            detail,
-        })
+fn check_record(link: &Link) -> Result<Decision, Break> {
+    let bad = |detail: String| Break::BadRecord {
+        sequence: link.sequence,
+        detail,
     };
-    let value: Value = match serde_json::from_str(&link.record) {
-        Ok(v) => v,
-        Err(e) => return bad(e.to_string()),
-    };
+    let value: Value = serde_json::from_str(&link.record).map_err(|e| bad(e.to_string()))?;
     if canonical_json(&value) != link.record {
-        return bad("not in canonical form".to_string());
+        return Err(bad("not in canonical form".to_string()));
     }
-    match serde_json::from_value::<Decision>(value) {
-        Ok(_) => None,
-        Err(e) => bad(e.to_string()),
+    serde_json::from_value::<Decision>(value).map_err(|e| bad(e.to_string()))
+}
+
+/// The index columns of a row must be what its record says: they are not hashed, and queries
+/// select rows by them.
+fn check_index(sequence: u64, decision: &Decision, stored: &IndexColumns) -> Option<Break> {
+    stored
+        .first_difference(&IndexColumns::of(decision))
+        .map(|(column, stored, recorded)| Break::IndexMismatch {
+            sequence,
+            column: column.to_string(),
+            stored,
+            recorded,
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tenantplane_core::decision::{
+        HostAction, HostTarget, Outcome, PolicyRef, ProfileRef, Subject,
+    };
+
+    /// Every field set, with text that needs escaping.
+    fn full() -> Decision {
+        Decision {
+            id: "0193a4e2-7c1d-7000-8000-000000000001".into(),
+            time: "2026-11-29T21:00:00.123456789Z".parse().unwrap(),
+            tenant: "acme".into(),
+            subject: Subject {
+                api_version: "v1".into(),
+                kind: "ConfigMap".into(),
+                namespace: "default".into(),
+                name: "web \"quoted\" \\ é ✓ \u{1}".into(),
+                uid: "uid-1".into(),
+                resource_version: "42".into(),
+            },
+            target: Some(HostTarget {
+                api_version: "v1".into(),
+                kind: "ConfigMap".into(),
+                namespace: "tp-acme".into(),
+                name: "web-x-default".into(),
+            }),
+            outcome: Outcome::Rejected,
+            action: HostAction::None,
+            policy: Some(PolicyRef {
+                name: "default".into(),
+                revision: "sha256:00".into(),
+                rule: Some("no-\nnewlines".into()),
+            }),
+            profile: Some(ProfileRef {
+                name: "strict".into(),
+                generation: -3,
+                field_path: "spec.network.allowDns".into(),
+            }),
+            reason: "RuleMatched".into(),
+            message: "tab\there </script>".into(),
+            field_path: Some("spec.data".into()),
+            stripped_keys: vec!["tenantplane.io/a".into(), "tenantplane.io/b".into()],
+            input_digest: "sha256:01".into(),
+            mapping_version: "v1".into(),
+            component: "tenantplane-syncer".into(),
+            component_version: "0.1.0".into(),
+            trace_id: Some("4bf92f3577b34da6a3ce929d0e0e4736".into()),
+            span_id: Some("00f067aa0ba902b7".into()),
+        }
+    }
+
+    #[test]
+    fn canonical_record_writes_what_canonical_json_writes() {
+        let minimal = Decision {
+            target: None,
+            policy: None,
+            profile: None,
+            field_path: None,
+            stripped_keys: vec![],
+            trace_id: None,
+            span_id: None,
+            ..full()
+        };
+        let no_rule = Decision {
+            policy: Some(PolicyRef {
+                rule: None,
+                ..full().policy.unwrap()
+            }),
+            ..full()
+        };
+        for d in [full(), minimal, no_rule] {
+            let slow = canonical_json(&serde_json::to_value(&d).unwrap());
+            assert_eq!(canonical_record(&d).unwrap(), slow);
+            let back: Decision = serde_json::from_str(&slow).unwrap();
+            assert_eq!(back, d);
+        }
     }
 }

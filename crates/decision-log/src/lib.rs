@@ -8,6 +8,7 @@
 //!
 //! - [`store`]: the [`DecisionStore`] trait, [`open`] by URL, and [`verify`] built once on it.
 //! - [`sqlite`] and [`postgres`]: the two backends; the SQL they run is shared ([`sql`]).
+//! - [`index`]: the [`IndexColumns`] stored beside each record, which verify checks too.
 //! - [`chain`]: canonical JSON, link hashes, checkpoints and the [`Verifier`]. The chain is
 //!   global (one sequence for all tenants): Watch needs one gap-free resume point anyway, and
 //!   appends are serialized for it, so a global chain costs nothing more and proves the whole
@@ -23,6 +24,7 @@ pub mod appender;
 pub mod chain;
 pub mod export;
 pub mod grpc;
+pub mod index;
 pub mod postgres;
 pub mod query;
 mod sql;
@@ -31,6 +33,7 @@ pub mod store;
 
 pub use appender::{Appender, AppenderConfig};
 pub use chain::{Break, Checkpoint, Entry, Head, Link, Verifier, VerifyReport};
+pub use index::IndexColumns;
 pub use query::{Filter, ObjectFilter, Page, Query};
 pub use store::{Appended, DecisionStore, Retention, entries_after, open, verify};
 

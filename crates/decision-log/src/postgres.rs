@@ -14,6 +14,7 @@ use tokio_postgres::{Client, GenericClient, NoTls, Row};
 
 use crate::Error;
 use crate::chain::{Checkpoint, Entry, Head, Link};
+use crate::index::IndexColumns;
 use crate::query::{Page, Query};
 use crate::sql::{self, POSTGRES, SqlValue};
 use crate::store::{
@@ -125,6 +126,22 @@ fn link_from(r: &Row) -> Result<Link, Error> {
     })
 }
 
+fn index_from(r: &Row, first: usize) -> Result<IndexColumns, Error> {
+    Ok(IndexColumns {
+        id: r.try_get(first)?,
+        time_us: r.try_get(first + 1)?,
+        tenant: r.try_get(first + 2)?,
+        subject_kind: r.try_get(first + 3)?,
+        subject_namespace: r.try_get(first + 4)?,
+        subject_name: r.try_get(first + 5)?,
+        host_kind: r.try_get(first + 6)?,
+        host_namespace: r.try_get(first + 7)?,
+        host_name: r.try_get(first + 8)?,
+        outcome: r.try_get(first + 9)?,
+        rule: r.try_get(first + 10)?,
+    })
+}
+
 async fn read_checkpoints(client: &impl GenericClient) -> Result<Vec<Checkpoint>, Error> {
     client
         .query(sql::SELECT_CHECKPOINTS, &[])
@@ -198,6 +215,26 @@ impl DecisionStore for PostgresStore {
                 SqlValue::Int(i64::from(limit)),
             ],
         ))
+    }
+
+    fn indexed_links_after(
+        &self,
+        sequence: u64,
+        limit: u32,
+    ) -> StoreFuture<'_, Vec<(Link, IndexColumns)>> {
+        Box::pin(async move {
+            let p = params(vec![
+                SqlValue::Int(sql::to_i64(sequence)),
+                SqlValue::Int(i64::from(limit)),
+            ]);
+            let rows = self
+                .reader
+                .query(sql::INDEXED_LINKS_AFTER, &refs(&p))
+                .await?;
+            rows.iter()
+                .map(|r| Ok((link_from(r)?, index_from(r, 4)?)))
+                .collect()
+        })
     }
 
     fn head(&self) -> StoreFuture<'_, Head> {

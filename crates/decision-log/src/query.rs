@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 use tenantplane_core::decision::{Decision, Outcome};
 
 use crate::chain::Entry;
+use crate::index::IndexColumns;
 
 /// An object selector: each part that is set must match.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -76,27 +77,21 @@ pub struct Filter {
 }
 
 impl Filter {
-    /// True when `d` matches, by the same rules as the SQL a store runs for a query (Watch
-    /// filters entries in memory with this).
+    /// True when `d` matches, by the same rules as the SQL a store runs for a query on the
+    /// index columns (Watch filters entries in memory with this).
     pub fn matches(&self, d: &Decision) -> bool {
-        let s = &d.subject;
-        let (host_kind, host_namespace, host_name) = d
-            .target
-            .as_ref()
-            .map_or(("", "", ""), |t| (&*t.kind, &*t.namespace, &*t.name));
-        let rule = d
-            .policy
-            .as_ref()
-            .and_then(|p| p.rule.as_deref())
-            .unwrap_or("");
-        let time = d.time.as_microsecond();
-        self.tenant.as_deref().is_none_or(|t| t == d.tenant)
-            && self.subject.matches(&s.kind, &s.namespace, &s.name)
-            && self.host.matches(host_kind, host_namespace, host_name)
+        let c = IndexColumns::of(d);
+        self.tenant.as_deref().is_none_or(|t| t == c.tenant)
+            && self
+                .subject
+                .matches(&c.subject_kind, &c.subject_namespace, &c.subject_name)
+            && self
+                .host
+                .matches(&c.host_kind, &c.host_namespace, &c.host_name)
             && (self.outcomes.is_empty() || self.outcomes.contains(&d.outcome))
-            && self.rule.as_deref().is_none_or(|r| r == rule)
-            && self.since.is_none_or(|t| time >= t.as_microsecond())
-            && self.until.is_none_or(|t| time < t.as_microsecond())
+            && self.rule.as_deref().is_none_or(|r| r == c.rule)
+            && self.since.is_none_or(|t| c.time_us >= t.as_microsecond())
+            && self.until.is_none_or(|t| c.time_us < t.as_microsecond())
     }
 }
 

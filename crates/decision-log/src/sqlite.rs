@@ -15,6 +15,7 @@ use tokio::sync::watch;
 
 use crate::Error;
 use crate::chain::{Checkpoint, Entry, Head, Link};
+use crate::index::IndexColumns;
 use crate::query::{Page, Query};
 use crate::sql::{self, SQLITE, SqlValue};
 use crate::store::{
@@ -160,6 +161,22 @@ fn link_from(r: &Row<'_>) -> rusqlite::Result<Link> {
     })
 }
 
+fn index_from(r: &Row<'_>, first: usize) -> rusqlite::Result<IndexColumns> {
+    Ok(IndexColumns {
+        id: r.get(first)?,
+        time_us: r.get(first + 1)?,
+        tenant: r.get(first + 2)?,
+        subject_kind: r.get(first + 3)?,
+        subject_namespace: r.get(first + 4)?,
+        subject_name: r.get(first + 5)?,
+        host_kind: r.get(first + 6)?,
+        host_namespace: r.get(first + 7)?,
+        host_name: r.get(first + 8)?,
+        outcome: r.get(first + 9)?,
+        rule: r.get(first + 10)?,
+    })
+}
+
 fn links(conn: &Connection, sql: &str, values: Vec<SqlValue>) -> Result<Vec<Link>, Error> {
     let mut stmt = conn.prepare_cached(sql)?;
     let rows = stmt.query_map(params_from_iter(values), link_from)?;
@@ -248,6 +265,24 @@ impl DecisionStore for SqliteStore {
                     SqlValue::Int(i64::from(limit)),
                 ],
             )
+        }))
+    }
+
+    fn indexed_links_after(
+        &self,
+        sequence: u64,
+        limit: u32,
+    ) -> StoreFuture<'_, Vec<(Link, IndexColumns)>> {
+        Box::pin(self.read(move |conn| {
+            let mut stmt = conn.prepare_cached(sql::INDEXED_LINKS_AFTER)?;
+            let values = [
+                SqlValue::Int(sql::to_i64(sequence)),
+                SqlValue::Int(i64::from(limit)),
+            ];
+            let rows = stmt.query_map(params_from_iter(values), |r| {
+                Ok((link_from(r)?, index_from(r, 4)?))
+            })?;
+            Ok(rows.collect::<Result<_, _>>()?)
         }))
     }
 

@@ -13,6 +13,7 @@ use tokio::sync::watch;
 
 use crate::Error;
 use crate::chain::{Checkpoint, Entry, Head, Link, Verifier, VerifyReport};
+use crate::index::IndexColumns;
 use crate::postgres::PostgresStore;
 use crate::query::{Page, Query};
 use crate::sqlite::SqliteStore;
@@ -55,6 +56,12 @@ pub trait DecisionStore: Send + Sync + fmt::Debug {
     fn query(&self, query: Query) -> StoreFuture<'_, Page>;
     /// Up to `limit` links after `sequence`, in order (Watch, verify, export).
     fn links_after(&self, sequence: u64, limit: u32) -> StoreFuture<'_, Vec<Link>>;
+    /// Like [`DecisionStore::links_after`], with each row's index columns as stored (verify).
+    fn indexed_links_after(
+        &self,
+        sequence: u64,
+        limit: u32,
+    ) -> StoreFuture<'_, Vec<(Link, IndexColumns)>>;
     /// The recorded chain head.
     fn head(&self) -> StoreFuture<'_, Head>;
     /// The retention checkpoints, oldest first.
@@ -87,7 +94,7 @@ pub async fn open(url: &str) -> Result<Arc<dyn DecisionStore>, Error> {
 pub(crate) const SCAN_CHUNK: u32 = 10_000;
 
 /// Verifies the whole chain of `store`: the checkpoints, every link from the latest
-/// checkpoint on, and the recorded head; optionally that link `anchor.sequence` still has
+/// checkpoint on with the index columns of its row, and the recorded head; optionally that link `anchor.sequence` still has
 /// the hash an auditor recorded earlier.
 pub async fn verify(
     store: &dyn DecisionStore,
@@ -101,11 +108,11 @@ pub async fn verify(
         .last()
         .map_or(0, |c| c.next_sequence.saturating_sub(1));
     while !verifier.is_broken() && after < head.sequence {
-        let links = store.links_after(after, SCAN_CHUNK).await?;
-        let Some(last) = links.last() else { break };
+        let rows = store.indexed_links_after(after, SCAN_CHUNK).await?;
+        let Some((last, _)) = rows.last() else { break };
         after = last.sequence;
-        for link in links.iter().take_while(|l| l.sequence <= head.sequence) {
-            verifier.push(link);
+        for (link, index) in rows.iter().take_while(|(l, _)| l.sequence <= head.sequence) {
+            verifier.push_indexed(link, index);
         }
     }
     Ok(verifier.finish(Some(&head)))

@@ -255,6 +255,27 @@ async fn verify_finds_edited_removed_reordered_and_truncated_records() {
             Break::PrevHashMismatch { sequence: 5 },
         ),
         (
+            "index column edited",
+            // Moves decision 6 of tenant-0 into tenant-1's query results.
+            vec!["UPDATE decisions SET tenant = 'tenant-1' WHERE seq = 7"],
+            Break::IndexMismatch {
+                sequence: 7,
+                column: "tenant".into(),
+                stored: "tenant-1".into(),
+                recorded: "tenant-0".into(),
+            },
+        ),
+        (
+            "time column edited",
+            vec!["UPDATE decisions SET time_us = 0 WHERE seq = 3"],
+            Break::IndexMismatch {
+                sequence: 3,
+                column: "time_us".into(),
+                stored: "0".into(),
+                recorded: String::new(),
+            },
+        ),
+        (
             "truncated",
             vec!["DELETE FROM decisions WHERE seq > 8"],
             Break::HeadMismatch {
@@ -285,6 +306,21 @@ async fn verify_finds_edited_removed_reordered_and_truncated_records() {
                         found: f,
                     },
                 ) => recorded.sequence == r.sequence && found.sequence == f.sequence,
+                // The recorded time is the append time: compare the rest.
+                (
+                    Some(Break::IndexMismatch {
+                        sequence,
+                        column,
+                        stored,
+                        ..
+                    }),
+                    Break::IndexMismatch {
+                        sequence: s,
+                        column: c,
+                        stored: v,
+                        recorded,
+                    },
+                ) if recorded.is_empty() => sequence == s && column == c && stored == v,
                 (found, expected) => found.as_ref() == Some(expected),
             };
             assert!(matches, "{} {what}: {report:?}", b.name);
