@@ -96,6 +96,8 @@ pub struct Server {
     /// Flushes the process's spans when the server stops.
     telemetry: Option<tenantplane_telemetry::Telemetry>,
     probe: Option<ReadinessProbe>,
+    /// The service's own metrics, served on `/metrics` beside the gRPC server's.
+    registry: Registry,
 }
 
 impl Server {
@@ -118,6 +120,7 @@ impl Server {
             shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
             telemetry: None,
             probe: None,
+            registry: Registry::default(),
         })
     }
 
@@ -137,6 +140,13 @@ impl Server {
     /// Makes `/ready` also require `probe` (the gRPC port serving is always required).
     pub fn with_readiness(mut self, probe: ReadinessProbe) -> Self {
         self.probe = Some(probe);
+        self
+    }
+
+    /// Serves the metrics registered in `registry` (a service's own, such as the syncer's
+    /// decisions) on `/metrics`, beside the gRPC request metrics the server adds.
+    pub fn with_registry(mut self, registry: Registry) -> Self {
+        self.registry = registry;
         self
     }
 
@@ -179,7 +189,7 @@ impl Server {
         let reflection_v1 = reflection().build_v1()?;
         let reflection_v1alpha = reflection().build_v1alpha()?;
 
-        let mut registry = Registry::default();
+        let mut registry = self.registry;
         let mut served: Vec<String> = api.services.iter().map(|s| s.to_string()).collect();
         served.extend(
             [

@@ -24,6 +24,7 @@ use sha2::{Digest, Sha256};
 use tenantplane_api::{IsolationProfile, SyncPolicy, Tenant, conditions, provenance};
 use tenantplane_core::CompiledPolicy;
 use tokio::sync::Mutex;
+use tracing::Instrument as _;
 
 use crate::isolation::{self, IsolationService};
 use crate::record::{TenantLedger, flush_loop};
@@ -368,9 +369,32 @@ async fn apply_isolation(
             anyhow::bail!("IsolationProfile {profile_name} does not exist");
         }
     };
+    let span = tracing::info_span!(
+        parent: None,
+        "tenantplane.sync.isolation",
+        tenantplane.tenant = %tenant.name(),
+        tenantplane.profile.name = %profile_name,
+        tenantplane.host.namespace = %host_ns,
+    );
+    compile_and_apply(tenant, ctx, ledger, host_ns, &profile)
+        .instrument(span)
+        .await
+}
+
+/// Compiles the Tenant's IsolationProfile and applies it, in the span of
+/// [`apply_isolation`]: the compiler's server span is its child.
+async fn compile_and_apply(
+    tenant: &Tenant,
+    ctx: &Context,
+    ledger: &TenantLedger,
+    host_ns: &str,
+    profile: &IsolationProfile,
+) -> anyhow::Result<()> {
+    let host = &ctx.shared.host;
+    let profile_name = profile.name_any();
     let ns = Api::<Namespace>::all(host.clone()).get(host_ns).await?;
     let previous = isolation::previously_applied(&serde_json::to_value(&ns)?);
-    let compiled = match ctx.isolation.compile(tenant, &profile, &previous).await {
+    let compiled = match ctx.isolation.compile(tenant, profile, &previous).await {
         Ok(c) => c,
         Err(e) => {
             ledger.set_condition(conditions::ISOLATION_APPLIED, false, "CompileFailed", &e);

@@ -13,7 +13,9 @@ use kube::discovery::{self, Scope};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tenantplane_api::{IsolationProfile, Tenant};
+use tenantplane_client::{ClientConfig, ClientError};
 
+use crate::metrics::SyncMetrics;
 use crate::tenant::FIELD_MANAGER;
 
 /// Annotation on the host namespace: the isolation objects last applied (JSON list of refs).
@@ -32,6 +34,26 @@ pub struct IsolationRef {
     pub namespace: Option<String>,
     /// Name.
     pub name: String,
+}
+
+impl IsolationRef {
+    fn to_object_ref(&self) -> tenantplane_isolation::ObjectRef {
+        tenantplane_isolation::ObjectRef {
+            api_version: self.api_version.clone(),
+            kind: self.kind.clone(),
+            namespace: self.namespace.clone(),
+            name: self.name.clone(),
+        }
+    }
+
+    fn from_object_ref(r: tenantplane_isolation::ObjectRef) -> Self {
+        IsolationRef {
+            api_version: r.api_version,
+            kind: r.kind,
+            namespace: r.namespace,
+            name: r.name,
+        }
+    }
 }
 
 /// A compilation: objects to apply and previously applied objects to delete.
@@ -69,22 +91,12 @@ impl IsolationService for InProcessIsolation {
             let c = tenantplane_isolation::compile(tenant, profile).map_err(|e| e.to_string())?;
             let previous: Vec<tenantplane_isolation::ObjectRef> = previously_applied
                 .iter()
-                .map(|r| tenantplane_isolation::ObjectRef {
-                    api_version: r.api_version.clone(),
-                    kind: r.kind.clone(),
-                    namespace: r.namespace.clone(),
-                    name: r.name.clone(),
-                })
+                .map(IsolationRef::to_object_ref)
                 .collect();
             let prune = c
                 .prune(&previous)
                 .into_iter()
-                .map(|r| IsolationRef {
-                    api_version: r.api_version,
-                    kind: r.kind,
-                    namespace: r.namespace,
-                    name: r.name,
-                })
+                .map(IsolationRef::from_object_ref)
                 .collect();
             Ok(Compiled {
                 objects: c.objects.into_iter().map(|o| o.object).collect(),
@@ -197,25 +209,30 @@ pub async fn apply(
     Ok((applied.len(), pruned))
 }
 
-/// The isolation-compiler service over gRPC (connects lazily, reconnects by itself).
+/// The isolation-compiler service over gRPC, through `tenantplane-client` (TLS and mutual TLS,
+/// the caller's trace context). Connects lazily and reconnects by itself.
 #[derive(Debug, Clone)]
 pub struct GrpcIsolation {
-    client: tenantplane_proto::isolation::v1::isolation_compiler_client::IsolationCompilerClient<
-        tonic::transport::Channel,
-    >,
+    client: tenantplane_client::IsolationClient,
+    metrics: SyncMetrics,
 }
 
-/// Connects (lazily) to the isolation-compiler service at `url`.
+/// Connects (lazily) to the isolation-compiler service at `url`, plaintext.
 pub fn connect(url: &str) -> anyhow::Result<std::sync::Arc<dyn IsolationService>> {
-    let channel = tonic::transport::Endpoint::from_shared(url.to_string())?
-        .connect_timeout(std::time::Duration::from_secs(2))
-        .timeout(std::time::Duration::from_secs(30))
-        .connect_lazy();
+    connect_with(&ClientConfig::new(url), SyncMetrics::default())
+}
+
+/// Connects (lazily) to the isolation-compiler service `config` describes, timing calls into
+/// `metrics`.
+pub fn connect_with(
+    config: &ClientConfig,
+    metrics: SyncMetrics,
+) -> anyhow::Result<std::sync::Arc<dyn IsolationService>> {
+    let config = config.clone().with_timeout(crate::planner::CALL_TIMEOUT);
+    let channel = tenantplane_client::connect_lazy(&config)?;
     Ok(std::sync::Arc::new(GrpcIsolation {
-        client:
-            tenantplane_proto::isolation::v1::isolation_compiler_client::IsolationCompilerClient::new(
-                channel,
-            ),
+        client: tenantplane_client::IsolationClient::new(channel),
+        metrics,
     }))
 }
 
@@ -227,44 +244,42 @@ impl IsolationService for GrpcIsolation {
         previously_applied: &'a [IsolationRef],
     ) -> BoxFuture<'a, Result<Compiled, String>> {
         Box::pin(async move {
-            use tenantplane_proto::isolation::v1 as pb;
-            use tenantplane_proto::types::v1 as types;
-            let request = pb::CompileRequest {
-                tenant: Some(tenantplane_grpc::convert::to_proto::tenant(tenant)),
-                profile: serde_json::to_vec(profile).map_err(|e| e.to_string())?,
-                previously_applied: previously_applied
-                    .iter()
-                    .map(|r| types::ObjectRef {
-                        api_version: r.api_version.clone(),
-                        kind: r.kind.clone(),
-                        namespace: r.namespace.clone().unwrap_or_default(),
-                        name: r.name.clone(),
-                    })
-                    .collect(),
-            };
-            let response = self
+            let previous: Vec<tenantplane_isolation::ObjectRef> = previously_applied
+                .iter()
+                .map(IsolationRef::to_object_ref)
+                .collect();
+            let start = std::time::Instant::now();
+            let compiled = self
                 .client
                 .clone()
-                .compile(request)
-                .await
-                .map_err(|s| format!("isolation compiler: {:?}: {}", s.code(), s.message()))?
-                .into_inner();
-            let objects = response
-                .objects
-                .iter()
-                .map(|o| serde_json::from_slice(&o.object).map_err(|e| e.to_string()))
-                .collect::<Result<Vec<Value>, _>>()?;
-            let prune = response
-                .prune
-                .iter()
-                .map(|r| IsolationRef {
-                    api_version: r.api_version.clone(),
-                    kind: r.kind.clone(),
-                    namespace: (!r.namespace.is_empty()).then(|| r.namespace.clone()),
-                    name: r.name.clone(),
-                })
-                .collect();
-            Ok(Compiled { objects, prune })
+                .compile(tenant, profile, &previous)
+                .await;
+            let code = match &compiled {
+                Ok(_) => tonic::Code::Ok,
+                Err(ClientError::Status(status)) => status.code(),
+                Err(ClientError::Connect { .. }) => tonic::Code::Unavailable,
+                Err(_) => tonic::Code::Internal,
+            };
+            self.metrics.rpc(
+                "tenantplane.isolation.v1.IsolationCompiler",
+                "Compile",
+                code,
+                start.elapsed(),
+            );
+            let compiled = compiled.map_err(|e| format!("isolation compiler: {e}"))?;
+            Ok(Compiled {
+                objects: compiled
+                    .compilation
+                    .objects
+                    .into_iter()
+                    .map(|o| o.object)
+                    .collect(),
+                prune: compiled
+                    .prune
+                    .into_iter()
+                    .map(IsolationRef::from_object_ref)
+                    .collect(),
+            })
         })
     }
 }

@@ -16,12 +16,14 @@
 //! decision and host write) and tested without a cluster; [`record`] is the one place a decision
 //! is recorded; [`tenant`] wires watches, the work queue and workers of one tenant;
 //! [`controller`] runs the Tenant controller; [`run`] wires everything from a [`Config`].
+//! [`trace`] opens one span per decision and [`metrics`] counts and times them.
 //! docs/syncer.md describes the behaviour and its guarantees.
 
 #![forbid(unsafe_code)]
 
 pub mod controller;
 pub mod isolation;
+pub mod metrics;
 pub mod planner;
 pub mod queue;
 pub mod ratelimit;
@@ -29,6 +31,7 @@ pub mod reconcile;
 pub mod record;
 pub mod service;
 pub mod tenant;
+pub mod trace;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -63,6 +66,8 @@ pub struct Config {
     pub tenant_resync: Duration,
     /// How often a Tenant's status is written at most.
     pub status_interval: Duration,
+    /// Where decisions, their latency, the services' call latency and queue depths are counted.
+    pub metrics: metrics::SyncMetrics,
 }
 
 impl Config {
@@ -82,6 +87,7 @@ impl Config {
             tuning: tenant::Tuning::default(),
             tenant_resync: Duration::from_secs(300),
             status_interval: Duration::from_secs(1),
+            metrics: metrics::SyncMetrics::default(),
         }
     }
 }
@@ -123,6 +129,7 @@ impl Syncer {
             log: config.decision_log.clone(),
             permits: Semaphore::new(config.concurrency.max(1)),
             tuning: config.tuning.clone(),
+            metrics: config.metrics.clone(),
         });
         let ctx = controller::Context::new(
             shared,

@@ -3,11 +3,15 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use tenantplane_api::Tenant;
+use tenantplane_client::{ClientConfig, ClientError};
 use tenantplane_core::collision::HostObjectMeta;
 use tenantplane_core::planner::HostState;
 use tenantplane_core::{CompiledPolicy, Plan, Planner, TenantObject};
+
+use crate::metrics::SyncMetrics;
 
 /// Why no plan could be had. Every variant defers the decision: nothing is guessed.
 #[derive(Debug, thiserror::Error)]
@@ -41,6 +45,9 @@ pub struct PlanRequest<'a> {
     pub objects: &'a [TenantObject],
     /// Host objects at their targets, for collision prediction.
     pub host: &'a [HostObjectMeta],
+    /// The W3C traceparent of each object's decision span (empty, or one per object): the
+    /// planner service plans each object in a child span of it.
+    pub trace_contexts: &'a [String],
 }
 
 /// Plans batches of tenant objects.
@@ -101,39 +108,35 @@ impl PlanService for InProcessPlanner {
     }
 }
 
-/// The planner service over gRPC. The channel connects lazily and reconnects by itself: a
-/// planner that is down answers `Unavailable`, and the decisions wait (Deferred) until it is back.
+/// The planner service over gRPC, through `tenantplane-client` (TLS and mutual TLS, and the
+/// caller's trace context: the call's `traceparent` is the batch span, and each object carries
+/// its own decision span's). The channel connects lazily and reconnects by itself: a planner
+/// that is down answers `Unavailable`, and the decisions wait (Deferred) until it is back.
 #[derive(Debug, Clone)]
 pub struct GrpcPlanner {
-    client:
-        tenantplane_proto::planner::v1::planner_client::PlannerClient<tonic::transport::Channel>,
+    client: tenantplane_client::PlannerClient,
+    metrics: SyncMetrics,
 }
 
-/// Connects (lazily) to the planner service at `url` (e.g. `http://127.0.0.1:50051`).
+/// How long one Plan call may take before its batch is Deferred.
+pub const CALL_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Connects (lazily) to the planner service at `url` (e.g. `http://127.0.0.1:50051`), plaintext.
 pub fn connect(url: &str) -> anyhow::Result<Arc<dyn PlanService>> {
-    let channel = tonic::transport::Endpoint::from_shared(url.to_string())?
-        .connect_timeout(std::time::Duration::from_secs(2))
-        .timeout(std::time::Duration::from_secs(30))
-        .connect_lazy();
-    Ok(Arc::new(GrpcPlanner {
-        client: tenantplane_proto::planner::v1::planner_client::PlannerClient::new(channel)
-            .max_decoding_message_size(64 << 20)
-            .max_encoding_message_size(64 << 20),
-    }))
+    connect_with(&ClientConfig::new(url), SyncMetrics::default())
 }
 
-fn host_json(m: &HostObjectMeta) -> Vec<u8> {
-    serde_json::to_vec(&serde_json::json!({
-        "apiVersion": m.api_version,
-        "kind": m.kind,
-        "metadata": {
-            "name": m.name,
-            "namespace": m.namespace,
-            "labels": m.labels,
-            "annotations": m.annotations,
-        }
+/// Connects (lazily) to the planner service `config` describes, timing calls into `metrics`.
+pub fn connect_with(
+    config: &ClientConfig,
+    metrics: SyncMetrics,
+) -> anyhow::Result<Arc<dyn PlanService>> {
+    let config = config.clone().with_timeout(CALL_TIMEOUT);
+    let channel = tenantplane_client::connect_lazy(&config)?;
+    Ok(Arc::new(GrpcPlanner {
+        client: tenantplane_client::PlannerClient::new(channel),
+        metrics,
     }))
-    .expect("metadata always serializes")
 }
 
 impl PlanService for GrpcPlanner {
@@ -142,39 +145,44 @@ impl PlanService for GrpcPlanner {
         request: PlanRequest<'a>,
     ) -> futures::future::BoxFuture<'a, Result<Vec<Plan>, PlanError>> {
         Box::pin(async move {
-            use tenantplane_proto::planner::v1 as pb;
-            let message = pb::PlanRequest {
-                tenant: Some(tenantplane_grpc::convert::to_proto::tenant(request.tenant)),
-                sync_policy: request.policy.unwrap_or("").as_bytes().to_vec(),
-                objects: request
-                    .objects
-                    .iter()
-                    .map(|o| serde_json::to_vec(&o.object).expect("JSON always serializes"))
-                    .collect(),
-                host_objects: request.host.iter().map(host_json).collect(),
-            };
-            let response = self
+            let start = Instant::now();
+            let planned = self
                 .client
                 .clone()
-                .plan(message)
-                .await
-                .map_err(|status| match status.code() {
-                    tonic::Code::InvalidArgument | tonic::Code::FailedPrecondition => {
-                        PlanError::Invalid(status.message().to_string())
-                    }
-                    code => PlanError::Unavailable(format!("{code:?}: {}", status.message())),
-                })?
-                .into_inner();
-            response
-                .plans
-                .iter()
-                .enumerate()
-                .map(|(i, p)| {
-                    tenantplane_grpc::convert::from_proto::object_plan(&format!("plans[{i}]"), p)
-                        .map(|(plan, _planner_decision)| plan)
-                        .map_err(|e| PlanError::Invalid(format!("the planner's answer: {e}")))
-                })
-                .collect()
+                .plan_traced(
+                    request.tenant,
+                    request.policy,
+                    request.objects,
+                    request.host,
+                    request.trace_contexts,
+                )
+                .await;
+            let code = match &planned {
+                Ok(_) => tonic::Code::Ok,
+                Err(ClientError::Status(status)) => status.code(),
+                Err(ClientError::Connect { .. }) => tonic::Code::Unavailable,
+                Err(_) => tonic::Code::Internal,
+            };
+            self.metrics
+                .rpc(PLANNER_SERVICE, "Plan", code, start.elapsed());
+            match planned {
+                Ok(planned) => Ok(planned.into_iter().map(|p| p.plan).collect()),
+                Err(ClientError::Status(status))
+                    if matches!(
+                        status.code(),
+                        tonic::Code::InvalidArgument | tonic::Code::FailedPrecondition
+                    ) =>
+                {
+                    Err(PlanError::Invalid(status.message().to_string()))
+                }
+                Err(e @ (ClientError::Status(_) | ClientError::Connect { .. })) => {
+                    Err(PlanError::Unavailable(e.to_string()))
+                }
+                Err(e) => Err(PlanError::Invalid(format!("the planner's answer: {e}"))),
+            }
         })
     }
 }
+
+/// The planner's gRPC service name, as metrics label it.
+const PLANNER_SERVICE: &str = "tenantplane.planner.v1.Planner";

@@ -6,6 +6,7 @@ use std::hash::Hash;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use prometheus_client::metrics::gauge::Gauge;
 use tokio::sync::Notify;
 
 #[derive(Debug)]
@@ -21,12 +22,21 @@ struct State<K> {
 pub struct WorkQueue<K> {
     state: Mutex<State<K>>,
     ready: Notify,
+    /// Keys waiting, exported as a metric.
+    depth: Gauge,
 }
 
 impl<K: Clone + Eq + Hash + Send + Sync + 'static> WorkQueue<K> {
     /// An empty queue.
     pub fn new() -> Arc<Self> {
+        Self::with_depth_gauge(Gauge::default())
+    }
+
+    /// An empty queue that keeps `depth` set to the number of keys waiting.
+    pub fn with_depth_gauge(depth: Gauge) -> Arc<Self> {
+        depth.set(0);
         Arc::new(WorkQueue {
+            depth,
             state: Mutex::new(State {
                 queue: VecDeque::new(),
                 queued: HashSet::new(),
@@ -48,6 +58,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> WorkQueue<K> {
             s.again.insert(key);
         } else if s.queued.insert(key.clone()) {
             s.queue.push_back(key);
+            self.depth.set(s.queue.len() as i64);
             drop(s);
             self.ready.notify_one();
         }
@@ -78,6 +89,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> WorkQueue<K> {
                         s.queued.remove(k);
                         s.active.insert(k.clone());
                     }
+                    self.depth.set(s.queue.len() as i64);
                     let more = !s.queue.is_empty();
                     drop(s);
                     if more {
@@ -131,5 +143,19 @@ mod tests {
         q.done(&"a");
         q.done(&"b");
         assert_eq!(q.pop_batch(10).await, vec!["a"]);
+    }
+
+    #[tokio::test]
+    async fn the_depth_gauge_follows_the_keys_waiting() {
+        let depth = Gauge::default();
+        let q = WorkQueue::with_depth_gauge(depth.clone());
+        q.push("a");
+        q.push("b");
+        q.push("a");
+        assert_eq!(depth.get(), 2);
+        q.pop_batch(1).await;
+        assert_eq!(depth.get(), 1);
+        q.pop_batch(10).await;
+        assert_eq!(depth.get(), 0);
     }
 }

@@ -9,7 +9,11 @@
 //!    Warning for refusals; reason = the decision's reason, note = message and decision id),
 //!    published in the background (a full queue slows recording down; nothing is dropped);
 //! 4. an Event on the Tenant in the host cluster, aggregated per (type, reason) over each flush
-//!    interval and then into series, as Kubernetes does for repeated events.
+//!    interval and then into series, as Kubernetes does for repeated events;
+//! 5. the span: the current span (the caller runs `record` inside the span the decision was
+//!    stamped in, see [`crate::trace`]) becomes `tenantplane.sync.decision` with the decision's
+//!    attributes and a link to the span of the previous decision about the same object; and the
+//!    decision is counted and timed in [`SyncMetrics`].
 //!
 //! Which decisions are recorded: every decision that leads to a host write; otherwise a decision
 //! is recorded when its outcome or reason, or the tenant object's content (without status and
@@ -18,7 +22,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use futures::future::BoxFuture;
@@ -27,11 +31,14 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 use kube::Client;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use opentelemetry::trace::SpanContext;
 use serde_json::json;
 use tenantplane_api::conditions;
 use tenantplane_api::tenant::{DecisionCounts, DecisionSummary};
 use tenantplane_core::decision::{Decision, Outcome};
 use tokio::sync::{Notify, mpsc};
+
+use crate::metrics::SyncMetrics;
 
 /// Events published concurrently to one tenant control plane.
 const EVENT_PUBLISHERS: usize = 16;
@@ -103,6 +110,8 @@ struct LedgerState {
     tenant_events: BTreeMap<(bool, String), (u64, Outcome, String, String)>,
     /// Last recorded (outcome, reason, content digest) per object key.
     last_recorded: HashMap<String, (Outcome, String, String)>,
+    /// The span of the last recorded decision per object key (traced decisions only).
+    journeys: HashMap<String, SpanContext>,
     dirty: bool,
 }
 
@@ -196,8 +205,18 @@ impl TenantLedger {
     pub fn forget(&self, key: &str) {
         let mut s = self.lock();
         s.last_recorded.remove(key);
+        s.journeys.remove(key);
         if s.pending.remove(key) {
             s.dirty = true;
+        }
+    }
+
+    /// Links a decision's span to the previous decision's about the same object, and remembers
+    /// it for the next one.
+    fn continue_journey(&self, key: &str, span: &tracing::Span, decision: &Decision) {
+        let previous = self.lock().journeys.get(key).cloned();
+        if let Some(context) = crate::trace::mark_decision(span, decision, previous) {
+            self.lock().journeys.insert(key.to_string(), context);
         }
     }
 
@@ -341,6 +360,7 @@ fn truncate(s: &str, max: usize) -> String {
 pub struct DecisionRecorder {
     log: Option<Arc<dyn DecisionLog>>,
     ledger: TenantLedger,
+    metrics: SyncMetrics,
     events: mpsc::Sender<(ObjectReference, Event)>,
 }
 
@@ -351,6 +371,7 @@ impl DecisionRecorder {
         tenant_client: Client,
         ledger: TenantLedger,
         log: Option<Arc<dyn DecisionLog>>,
+        metrics: SyncMetrics,
     ) -> Self {
         let (tx, rx) = mpsc::channel::<(ObjectReference, Event)>(1024);
         tokio::spawn(async move {
@@ -371,6 +392,7 @@ impl DecisionRecorder {
         DecisionRecorder {
             log,
             ledger,
+            metrics,
             events: tx,
         }
     }
@@ -380,14 +402,16 @@ impl DecisionRecorder {
         &self.ledger
     }
 
-    /// Records a decision about the tenant object `key` (see the module documentation).
-    /// `regarding` is the tenant object, when it still exists; `content` its observed digest.
+    /// Records a decision about the tenant object `key` (see the module documentation), inside
+    /// the span it was stamped in. `regarding` is the tenant object, when it still exists;
+    /// `content` its observed digest; `started` when the object left the queue.
     pub async fn record(
         &self,
         key: &str,
         decision: &Decision,
         content: &str,
         regarding: Option<ObjectReference>,
+        started: Instant,
     ) -> Result<(), RecordError> {
         if let Some(log) = &self.log {
             log.append(decision).await.map_err(|problem| RecordError {
@@ -396,11 +420,16 @@ impl DecisionRecorder {
             })?;
         }
         self.ledger.tally(key, decision, content);
+        self.ledger
+            .continue_journey(key, &tracing::Span::current(), decision);
+        self.metrics
+            .decided(&decision.tenant, decision.outcome, started.elapsed());
         tracing::info!(
             decision.id = %decision.id,
             tenant = %decision.tenant,
             outcome = %decision.outcome,
             reason = %decision.reason,
+            trace_id = decision.trace_id.as_deref().unwrap_or(""),
             subject = %format!("{}/{}/{}", decision.subject.kind, decision.subject.namespace, decision.subject.name),
             "decision"
         );

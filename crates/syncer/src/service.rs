@@ -6,9 +6,12 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::metrics::SyncMetrics;
 use crate::record::AppenderLog;
 use crate::{Config, Syncer, isolation, planner, tenant};
 use anyhow::Context as _;
+use prometheus_client::registry::Registry;
+use tenantplane_client::ClientTlsArgs;
 use tenantplane_decision_log::grpc::DecisionLogService;
 use tenantplane_service::{GrpcApi, ServiceArgs, shutdown_signal};
 
@@ -73,6 +76,9 @@ pub struct Args {
         default_value = "127.0.0.1:7422"
     )]
     pub admin_addr: SocketAddr,
+    /// TLS to the planner and isolation-compiler services.
+    #[command(flatten)]
+    pub client_tls: ClientTlsArgs,
     #[command(flatten)]
     pub service: ServiceArgs,
 }
@@ -84,15 +90,21 @@ pub async fn serve(args: Args) -> anyhow::Result<()> {
         .service
         .start(env!("CARGO_PKG_NAME"), args.grpc_addr, args.admin_addr)
         .await?;
+    let mut registry = Registry::default();
+    let metrics = SyncMetrics::register(&mut registry);
+    let server = server.with_registry(registry);
     let planner: Arc<dyn planner::PlanService> = match args.planner.as_str() {
         "in-process" => Arc::new(planner::InProcessPlanner::default()),
-        url => planner::connect(url).context("connecting to the planner")?,
+        url => planner::connect_with(&args.client_tls.config(url)?, metrics.clone())
+            .context("connecting to the planner")?,
     };
     let isolation: Arc<dyn isolation::IsolationService> = match args.isolation_compiler.as_str() {
         "in-process" => Arc::new(isolation::InProcessIsolation),
-        url => isolation::connect(url).context("connecting to the isolation compiler")?,
+        url => isolation::connect_with(&args.client_tls.config(url)?, metrics.clone())
+            .context("connecting to the isolation compiler")?,
     };
     let mut config = Config::new(planner, isolation);
+    config.metrics = metrics;
     config.host_kubeconfig = match &args.host_kubeconfig {
         Some(p) => {
             Some(std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?)

@@ -21,19 +21,26 @@ use kube::discovery::{ApiCapabilities, Discovery, Scope, verbs};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
+use opentelemetry::trace::TraceContextExt as _;
 use serde_json::{Value, json};
+use std::time::Instant;
 use tenantplane_api::{Tenant, provenance};
 use tenantplane_core::collision::HostObjectMeta;
-use tenantplane_core::decision::{Outcome, Stamp};
+use tenantplane_core::decision::Outcome;
 use tenantplane_core::mapping::{self, TenantPlacement};
 use tenantplane_core::{CompiledPolicy, SourceIdentity, TenantObject};
+use tenantplane_telemetry::propagation;
 use tokio::sync::{Semaphore, watch};
 use tokio::task::JoinHandle;
+use tracing::Instrument as _;
+use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 
+use crate::metrics::SyncMetrics;
 use crate::planner::{PlanRequest, PlanService};
 use crate::ratelimit::RateLimiter;
 use crate::reconcile::{self, HostWrite, Step};
 use crate::record::{COMPONENT, DecisionLog, DecisionRecorder, TenantLedger, reference_of};
+use crate::trace;
 
 /// Field manager of every host write.
 pub const FIELD_MANAGER: &str = "tenantplane-syncer";
@@ -85,6 +92,8 @@ pub struct Shared {
     pub permits: Semaphore,
     /// Tuning.
     pub tuning: Tuning,
+    /// Decision, call and queue metrics.
+    pub metrics: SyncMetrics,
 }
 
 impl std::fmt::Debug for Shared {
@@ -117,6 +126,8 @@ struct Kind {
 #[derive(Debug)]
 pub struct TenantRuntime {
     tasks: Vec<JoinHandle<()>>,
+    tenant: String,
+    metrics: SyncMetrics,
     /// True once every watch has listed once and the first pass is queued.
     pub ready: watch::Receiver<bool>,
     /// The kinds watched, as `group/Kind`.
@@ -128,6 +139,7 @@ impl Drop for TenantRuntime {
         for t in &self.tasks {
             t.abort();
         }
+        self.metrics.forget_tenant(&self.tenant);
     }
 }
 
@@ -232,14 +244,22 @@ pub async fn start(
         watch_streams.push((index, tenant_api, tenant_writer, host_api, host_writer));
     }
     let tuning = shared.tuning.clone();
+    let metrics = shared.metrics.clone();
+    let tenant_name = placement.tenant.clone();
+    let queue = crate::queue::WorkQueue::with_depth_gauge(metrics.queue_depth(&tenant_name));
     let worker = Arc::new(Worker {
-        recorder: DecisionRecorder::new(tenant_client.clone(), ledger, shared.log.clone()),
+        recorder: DecisionRecorder::new(
+            tenant_client.clone(),
+            ledger,
+            shared.log.clone(),
+            shared.metrics.clone(),
+        ),
         tenant_client: tenant_client.clone(),
         shared,
         placement,
         policy: policy_text,
         kinds: kind_table,
-        queue: crate::queue::WorkQueue::new(),
+        queue,
         tenant_limiter: RateLimiter::new(tuning.tenant_qps, tuning.tenant_burst),
         attempts: Mutex::new(HashMap::new()),
         settled: Mutex::new(HashMap::new()),
@@ -331,12 +351,35 @@ pub async fn start(
     }
     Ok(TenantRuntime {
         tasks,
+        tenant: tenant_name,
+        metrics,
         ready,
         kinds: kinds
             .iter()
             .map(|(ar, _)| format!("{}/{}", ar.group, ar.kind))
             .collect(),
     })
+}
+
+/// The span of a Kubernetes API call made for a decision (a child of the current span).
+fn kube_call_span(
+    name: &str,
+    verb: &str,
+    kind: &str,
+    namespace: &str,
+    object: &str,
+) -> tracing::Span {
+    tracing::info_span!(
+        "tenantplane.kube.call",
+        otel.name = %name,
+        otel.kind = "client",
+        otel.status_code = tracing::field::Empty,
+        http.request.method = %verb,
+        http.response.status_code = tracing::field::Empty,
+        k8s.object.kind = %kind,
+        k8s.namespace.name = %namespace,
+        k8s.object.name = %object,
+    )
 }
 
 fn to_value(obj: &DynamicObject) -> Value {
@@ -480,22 +523,39 @@ impl Worker {
 
     async fn patch_status(&self, key: &Key, o: &TenantObject, status: Value) {
         let kind = &self.kinds[key.kind];
-        self.tenant_limiter.acquire().await;
-        let api = Api::<DynamicObject>::namespaced_with(
-            self.tenant_client.clone(),
-            &o.identity.namespace,
-            &kind.ar,
-        );
-        if let Err(e) = api
-            .patch_status(
+        // A child of the decision span it belongs to; a status-only pass has none.
+        let span = if tracing::Span::current().is_none() {
+            tracing::Span::none()
+        } else {
+            kube_call_span(
+                "tenantplane.tenant.status_up",
+                "PATCH",
+                &kind.ar.kind,
+                &o.identity.namespace,
                 &o.identity.name,
-                &PatchParams::default(),
-                &Patch::Merge(json!({ "status": status })),
             )
-            .await
-        {
-            tracing::debug!(error = %e, "status up-sync failed; the next host event retries");
+        };
+        async {
+            self.tenant_limiter.acquire().await;
+            let api = Api::<DynamicObject>::namespaced_with(
+                self.tenant_client.clone(),
+                &o.identity.namespace,
+                &kind.ar,
+            );
+            if let Err(e) = api
+                .patch_status(
+                    &o.identity.name,
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({ "status": status })),
+                )
+                .await
+            {
+                tracing::Span::current().record("otel.status_code", "ERROR");
+                tracing::debug!(error = %e, "status up-sync failed; the next host event retries");
+            }
         }
+        .instrument(span)
+        .await
     }
 
     fn succeeded(&self, key: &Key) {
@@ -524,6 +584,41 @@ impl Worker {
         if present.is_empty() {
             return;
         }
+        // One span per object, opened before planning so that the planner's span of each object
+        // is its child; the batch's Plan call has a span of its own, linked to them.
+        let started = Instant::now();
+        let spans: Vec<tracing::Span> = present
+            .iter()
+            .map(|(_, o)| {
+                let id = &o.identity;
+                trace::evaluation_span(
+                    &self.placement.tenant,
+                    &id.api_version,
+                    &id.kind,
+                    &id.namespace,
+                    &id.name,
+                )
+            })
+            .collect();
+        let trace_contexts: Vec<String> = spans
+            .iter()
+            .map(|span| propagation::traceparent(span).unwrap_or_default())
+            .collect();
+        let trace_contexts = if trace_contexts.iter().all(String::is_empty) {
+            Vec::new()
+        } else {
+            trace_contexts
+        };
+        let batch_span = tracing::info_span!(
+            parent: None,
+            "tenantplane.sync.plan_batch",
+            otel.kind = "client",
+            tenantplane.tenant = %self.placement.tenant,
+            tenantplane.batch.size = present.len(),
+        );
+        for span in &spans {
+            batch_span.add_link(span.context().span().span_context().clone());
+        }
         let objects: Vec<TenantObject> = present.iter().map(|(_, o)| o.clone()).collect();
         let host: Vec<HostObjectMeta> = present
             .iter()
@@ -549,7 +644,9 @@ impl Worker {
                 policy: self.policy.as_deref(),
                 objects: &objects,
                 host: &host,
+                trace_contexts: &trace_contexts,
             })
+            .instrument(batch_span)
             .await;
         let plans = match plans {
             Ok(p) if p.len() == present.len() => p,
@@ -565,14 +662,15 @@ impl Worker {
                 return;
             }
             Err(e) => {
-                for (key, o) in &present {
+                for ((key, o), span) in present.iter().zip(spans) {
                     let d = reconcile::deferred(
                         &self.placement,
                         o,
                         e.reason(),
                         &format!("{e}; retried with backoff, nothing guessed"),
-                        Stamp::now(COMPONENT),
+                        trace::stamp_in(&span, COMPONENT),
                     );
+                    trace::describe(&span, &d);
                     let k = self.key_string(key);
                     let content = reconcile::observed_digest(&o.object);
                     if self
@@ -582,7 +680,8 @@ impl Worker {
                     {
                         let _ = self
                             .recorder
-                            .record(&k, &d, &content, Some(reference_of(&o.object)))
+                            .record(&k, &d, &content, Some(reference_of(&o.object)), started)
+                            .instrument(span)
                             .await;
                     }
                     self.backoff(key);
@@ -591,10 +690,15 @@ impl Worker {
             }
         };
         let batch_concurrency = self.shared.tuning.batch.max(1);
-        futures::stream::iter(present.into_iter().zip(plans))
-            .for_each_concurrent(batch_concurrency, |((key, object), plan)| async move {
-                self.reconcile_present(&key, &object, &plan).await;
-            })
+        futures::stream::iter(present.into_iter().zip(plans).zip(spans))
+            .for_each_concurrent(
+                batch_concurrency,
+                |(((key, object), plan), span)| async move {
+                    self.reconcile_present(&key, &object, &plan, started)
+                        .instrument(span)
+                        .await;
+                },
+            )
             .await;
     }
 
@@ -629,6 +733,7 @@ impl Worker {
         key: &Key,
         object: &TenantObject,
         plan: &tenantplane_core::Plan,
+        started: Instant,
     ) {
         let kind = &self.kinds[key.kind];
         let mut plan = plan.clone();
@@ -648,13 +753,15 @@ impl Worker {
         }
         let plan = &plan;
         let cached = self.host_cached(key.kind, &plan.placement.name);
+        let span = tracing::Span::current();
         let step = reconcile::reconcile_present(
             &self.placement,
             object,
             plan,
             cached.as_ref(),
-            Stamp::now(COMPONENT),
+            trace::stamp_in(&span, COMPONENT),
         );
+        trace::describe(&span, &step.decision);
         // No read before the write: every write carries a precondition on the host object the
         // decision saw (create: nothing at the name; apply: its resourceVersion; delete: its
         // uid), so a decision on a stale cache fails with 409 and is taken again on fresh state.
@@ -673,6 +780,7 @@ impl Worker {
                     &step.decision,
                     &content,
                     Some(reference_of(&object.object)),
+                    started,
                 )
                 .await
         {
@@ -681,7 +789,7 @@ impl Worker {
             return;
         }
         if !self
-            .write(key, &k, &step, &content, Some(&object.object))
+            .write(key, &k, &step, &content, Some(&object.object), started)
             .await
         {
             return;
@@ -708,21 +816,70 @@ impl Worker {
         step: &Step,
         content: &str,
         tenant_object: Option<&Value>,
+        started: Instant,
     ) -> bool {
         let Some(write) = &step.write else {
             return true;
         };
         let kind = &self.kinds[key.kind];
+        let (verb, name) = match write {
+            HostWrite::Create(o) => ("POST", o["metadata"]["name"].as_str().unwrap_or_default()),
+            HostWrite::Apply(o) => ("PATCH", o["metadata"]["name"].as_str().unwrap_or_default()),
+            HostWrite::Delete { name, .. } => ("DELETE", name.as_str()),
+        };
+        let span = kube_call_span(
+            "tenantplane.host.write",
+            verb,
+            &kind.ar.kind,
+            &self.placement.host_namespace,
+            name,
+        );
+        let result = self.host_write(kind, write).instrument(span.clone()).await;
+        if let Err(e) = &result {
+            span.record("otel.status_code", "ERROR");
+            if let kube::Error::Api(s) = e {
+                span.record("http.response.status_code", s.code);
+            }
+        }
+        match result {
+            Ok(()) => true,
+            Err(kube::Error::Api(s)) if s.code == 409 => {
+                // Someone wrote at the target name meanwhile: decide again on fresh state.
+                self.backoff(key);
+                false
+            }
+            Err(e) => {
+                // A decision of its own (Failed), in a span of its own under the one it failed.
+                let span = trace::follow_up_span(&step.decision);
+                let failed = reconcile::failed(
+                    &step.decision,
+                    &e.to_string(),
+                    trace::stamp_in(&span, COMPONENT),
+                );
+                let _ = self
+                    .recorder
+                    .record(
+                        k,
+                        &failed,
+                        content,
+                        tenant_object.map(reference_of),
+                        started,
+                    )
+                    .instrument(span)
+                    .await;
+                self.backoff(key);
+                false
+            }
+        }
+    }
+
+    /// The host API call of a write.
+    async fn host_write(&self, kind: &Kind, write: &HostWrite) -> Result<(), kube::Error> {
         self.shared.host_limiter.acquire().await;
-        let result = match write {
+        match write {
             HostWrite::Create(object) => {
-                let obj: DynamicObject = match serde_json::from_value(object.clone()) {
-                    Ok(o) => o,
-                    Err(e) => {
-                        tracing::error!(error = %e, "desired object does not decode");
-                        return false;
-                    }
-                };
+                let obj: DynamicObject =
+                    serde_json::from_value(object.clone()).map_err(kube::Error::SerdeError)?;
                 kind.host_api
                     .create(
                         &PostParams {
@@ -758,29 +915,12 @@ impl Worker {
                     other => other.map(|_| ()),
                 }
             }
-        };
-        match result {
-            Ok(()) => true,
-            Err(kube::Error::Api(s)) if s.code == 409 => {
-                // Someone wrote at the target name meanwhile: decide again on fresh state.
-                self.backoff(key);
-                false
-            }
-            Err(e) => {
-                let failed =
-                    reconcile::failed(&step.decision, &e.to_string(), Stamp::now(COMPONENT));
-                let _ = self
-                    .recorder
-                    .record(k, &failed, content, tenant_object.map(reference_of))
-                    .await;
-                self.backoff(key);
-                false
-            }
         }
     }
 
     async fn reconcile_absent(&self, key: &Key) {
         let kind = &self.kinds[key.kind];
+        let started = Instant::now();
         let k = self.key_string(key);
         let name = mapping::host_name(
             &self.placement.tenant,
@@ -802,24 +942,40 @@ impl Worker {
             self.succeeded(key);
             return;
         };
+        let span = trace::evaluation_span(
+            &self.placement.tenant,
+            &source.api_version,
+            &source.kind,
+            &source.namespace,
+            &source.name,
+        );
         let Some(step) = reconcile::reconcile_absent(
             &self.placement,
             &source,
             Some(&cached),
-            Stamp::now(COMPONENT),
+            trace::stamp_in(&span, COMPONENT),
         ) else {
             self.recorder.ledger().forget(&k);
             self.succeeded(key);
             return;
         };
-        if let Err(e) = self.recorder.record(&k, &step.decision, "", None).await {
-            tracing::warn!(error = %e, "decision not recorded; nothing deleted, retrying");
-            self.backoff(key);
-            return;
+        trace::describe(&span, &step.decision);
+        async {
+            if let Err(e) = self
+                .recorder
+                .record(&k, &step.decision, "", None, started)
+                .await
+            {
+                tracing::warn!(error = %e, "decision not recorded; nothing deleted, retrying");
+                self.backoff(key);
+                return;
+            }
+            if self.write(key, &k, &step, "", None, started).await {
+                self.recorder.ledger().forget(&k);
+                self.succeeded(key);
+            }
         }
-        if self.write(key, &k, &step, "", None).await {
-            self.recorder.ledger().forget(&k);
-            self.succeeded(key);
-        }
+        .instrument(span)
+        .await
     }
 }
