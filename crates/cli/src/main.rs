@@ -32,6 +32,11 @@ enum Command {
     ExplainSync(commands::explain_sync::Args),
     /// Why a host object exists, or why a tenant object was refused: the chain to the decision.
     Why(commands::why::Args),
+    /// Run the whole system on this machine: services, clusters (local unless given), examples.
+    Up(commands::up::Args),
+    /// Run one service in this process (how `up` starts them).
+    #[command(subcommand, hide = true)]
+    Service(commands::service::Args),
     /// Compile an IsolationProfile for a Tenant into the host objects that enforce it, offline.
     CompileIsolation(commands::compile_isolation::Args),
 }
@@ -45,6 +50,8 @@ fn main() -> ExitCode {
         Command::ExplainSync(args) => commands::explain_sync::run(&args),
         Command::CompileIsolation(args) => commands::compile_isolation::run(&args),
         Command::Why(args) => commands::why::run(&args),
+        Command::Up(args) => commands::up::run(&args),
+        Command::Service(args) => commands::service::run(args),
     };
     match result {
         Ok(code) => code,

@@ -5,4 +5,6 @@ pub mod compile_isolation;
 pub mod crds;
 pub mod decisions;
 pub mod explain_sync;
+pub mod service;
+pub mod up;
 pub mod why;

@@ -20,6 +20,7 @@ use serde::Serialize;
 use tenantplane_api::provenance;
 use tenantplane_core::decision::{Decision, HostAction};
 use tenantplane_decision_log::{Entry, Filter, ObjectFilter};
+use tenantplane_telemetry::{TRACE_URL_ENV, TraceUrl};
 
 use crate::decision_source::{DecisionSource, SourceArgs};
 
@@ -44,12 +45,8 @@ pub struct Args {
     #[command(flatten)]
     source: SourceArgs,
     /// Link to a trace in the tracing UI; `{trace_id}` is replaced.
-    #[arg(
-        long,
-        env = "TENANTPLANE_TRACE_URL",
-        default_value = "http://localhost:16686/trace/{trace_id}"
-    )]
-    trace_url: String,
+    #[arg(long, env = TRACE_URL_ENV, default_value_t = TraceUrl::default())]
+    trace_url: TraceUrl,
     /// Output format.
     #[arg(short, long, value_enum, default_value = "text")]
     output: Format,
@@ -429,7 +426,7 @@ async fn resolve_kind(client: &kube::Client, typed: &str) -> anyhow::Result<ApiR
 }
 
 /// The explanation as the chain a person reads.
-fn render(e: &Explanation, trace_url: &str) -> String {
+fn render(e: &Explanation, trace_url: &TraceUrl) -> String {
     let mut out = String::new();
     let mut line = |label: &str, value: String| {
         out.push_str(&format!("{label:<16}{value}\n"));
@@ -486,7 +483,7 @@ fn render(e: &Explanation, trace_url: &str) -> String {
     out
 }
 
-fn render_decision(out: &mut String, label: &str, entry: &Entry, trace_url: &str) {
+fn render_decision(out: &mut String, label: &str, entry: &Entry, trace_url: &TraceUrl) {
     let d = &entry.decision;
     let mut line = |label: &str, value: String| {
         out.push_str(&format!("{label:<16}{value}\n"));
@@ -530,13 +527,7 @@ fn render_decision(out: &mut String, label: &str, entry: &Entry, trace_url: &str
         line("  stripped", d.stripped_keys.join(", "));
     }
     match &d.trace_id {
-        Some(trace) => line(
-            "  trace",
-            format!(
-                "{trace} {}",
-                tenantplane_telemetry::trace_link(trace_url, trace)
-            ),
-        ),
+        Some(trace) => line("  trace", format!("{trace} {}", trace_url.link(trace))),
         None => line("  trace", "(not traced)".to_string()),
     }
 }

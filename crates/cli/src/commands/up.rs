@@ -1,0 +1,593 @@
+//! `tenantplane up`: the whole system on one machine.
+//!
+//! Starts the planner, the isolation compiler and the syncer as separate processes (this
+//! executable's hidden `service` subcommand) talking gRPC on loopback; uses the clusters of the
+//! user's kubeconfigs when given, and otherwise starts a local API server for the host and one
+//! for a demo tenant (test and demo infrastructure, persisted in the data directory). Applies the
+//! CRDs and the examples, then prints every decision as the syncer records it, until Ctrl-C or
+//! SIGTERM stops everything.
+//!
+//! ```text
+//!  tenantplane up ──spawn──▶ service planner             127.0.0.1:BASE+1  (admin +2)
+//!        │        ──spawn──▶ service isolation-compiler  127.0.0.1:BASE+11 (admin +12)
+//!        │        ──spawn──▶ service syncer              127.0.0.1:BASE+21 (admin +22)
+//!        │                      │ DecisionLog gRPC, decision log DATA/decisions.db
+//!        ├── local API servers: host BASE+31, tenant BASE+32 (unless kubeconfigs are given)
+//!        └── Watch(DecisionLog) ──▶ one line per decision on stdout
+//! ```
+//!
+//! The examples directory is read by layout: the resources at its top level (Tenant, SyncPolicy,
+//! IsolationProfile) and everything under `host/` go to the host cluster; everything under
+//! `workloads/` goes to the tenant control plane. Each Tenant's kubeconfig Secret is written
+//! with the tenant cluster's kubeconfig.
+
+use std::path::{Path, PathBuf};
+use std::process::{ExitCode, Stdio};
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::core::GroupVersionKind;
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use serde_json::{Value, json};
+use tenantplane_api::tenant::Tenant;
+use tenantplane_core::documents::Origin;
+use tenantplane_local_apiserver::LocalApiServer;
+use tenantplane_proto::decisions::v1 as pb;
+use tenantplane_proto::decisions::v1::decision_log_client::DecisionLogClient;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::process::{Child, Command};
+
+use super::decisions::{Format, Printer};
+use tenantplane_decision_log::grpc::entry_from_proto;
+
+/// The field manager of what `up` applies.
+const FIELD_MANAGER: &str = "tenantplane-up";
+/// How long the services get to become ready.
+const READY_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long each service gets to stop after SIGTERM before it is killed.
+const STOP_GRACE: Duration = Duration::from_secs(15);
+
+/// Arguments of `tenantplane up`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Host cluster kubeconfig (default: start a local API server as the host).
+    #[arg(long)]
+    host_kubeconfig: Option<PathBuf>,
+    /// Context of the host kubeconfig (default: its current context).
+    #[arg(long, requires = "host_kubeconfig")]
+    host_context: Option<String>,
+    /// Kubeconfig of the demo tenant's control plane (default: start a local API server).
+    #[arg(long)]
+    tenant_kubeconfig: Option<PathBuf>,
+    /// Context of the tenant kubeconfig (default: its current context).
+    #[arg(long, requires = "tenant_kubeconfig")]
+    tenant_context: Option<String>,
+    /// Where the decision log, kubeconfigs, local cluster state and service logs go.
+    #[arg(long, env = "TENANTPLANE_UP_DIR", default_value = ".tenantplane")]
+    data_dir: PathBuf,
+    /// The examples to apply (see the command's documentation for the layout).
+    #[arg(long, default_value = "examples")]
+    examples: PathBuf,
+    /// Apply nothing but the CRDs: the clusters already hold what should be synced.
+    #[arg(long)]
+    no_demo: bool,
+    /// First of the loopback ports (services at +1/+2, +11/+12, +21/+22; local API servers at
+    /// +31 and +32).
+    #[arg(long, default_value_t = 7400, value_parser = clap::value_parser!(u16).range(1..=65000))]
+    base_port: u16,
+}
+
+/// Runs `tenantplane up` until Ctrl-C or SIGTERM.
+pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(run_async(args))
+}
+
+/// The service processes and their ports.
+struct Ports {
+    base: u16,
+}
+
+impl Ports {
+    fn addr(&self, offset: u16) -> String {
+        format!("127.0.0.1:{}", self.base + offset)
+    }
+}
+
+async fn run_async(args: &Args) -> anyhow::Result<ExitCode> {
+    let data = &args.data_dir;
+    std::fs::create_dir_all(data.join("logs"))
+        .with_context(|| format!("creating the data directory {}", data.display()))?;
+    let data = data
+        .canonicalize()
+        .with_context(|| format!("resolving {}", data.display()))?;
+    let ports = Ports {
+        base: args.base_port,
+    };
+
+    // The clusters: the user's, or local API servers persisted in the data directory.
+    let mut local_servers = Vec::new();
+    let host_kubeconfig = data.join("host.kubeconfig");
+    let tenant_kubeconfig = data.join("tenant.kubeconfig");
+    for (given, context, port, path, name) in [
+        (
+            &args.host_kubeconfig,
+            &args.host_context,
+            31,
+            &host_kubeconfig,
+            "host",
+        ),
+        (
+            &args.tenant_kubeconfig,
+            &args.tenant_context,
+            32,
+            &tenant_kubeconfig,
+            "tenant",
+        ),
+    ] {
+        match given {
+            Some(file) => write_context(file, context.as_deref(), path)?,
+            None => {
+                let server = LocalApiServer::builder()
+                    .port(ports.base + port)
+                    .persist_to(data.join(format!("{name}-cluster.json")))
+                    .start()
+                    .await
+                    .with_context(|| format!("starting the local {name} API server"))?;
+                server.write_kubeconfig(path, &format!("tenantplane-up-{name}"))?;
+                local_servers.push(server);
+            }
+        }
+    }
+    let host = client(&host_kubeconfig).await?;
+    let tenant = client(&tenant_kubeconfig).await?;
+    install_crds(&host).await?;
+
+    // The services, as separate processes of this executable.
+    let log_url = format!("sqlite:{}", data.join("decisions.db").display());
+    let head = log_head(&log_url).await?;
+    let exe = std::env::current_exe().context("finding this executable")?;
+    let mut services = Vec::new();
+    for (name, flags) in [
+        (
+            "planner",
+            vec![
+                format!("--grpc-addr={}", ports.addr(1)),
+                format!("--admin-addr={}", ports.addr(2)),
+            ],
+        ),
+        (
+            "isolation-compiler",
+            vec![
+                format!("--grpc-addr={}", ports.addr(11)),
+                format!("--admin-addr={}", ports.addr(12)),
+            ],
+        ),
+        (
+            "syncer",
+            vec![
+                format!("--grpc-addr={}", ports.addr(21)),
+                format!("--admin-addr={}", ports.addr(22)),
+                format!("--host-kubeconfig={}", host_kubeconfig.display()),
+                format!("--planner=http://{}", ports.addr(1)),
+                format!("--isolation-compiler=http://{}", ports.addr(11)),
+                format!("--decision-log={log_url}"),
+            ],
+        ),
+    ] {
+        services.push(Service::spawn(&exe, name, &flags, &data)?);
+    }
+    let outcome = supervise(args, &ports, &data, &host, &tenant, &mut services, head).await;
+
+    // Stop in reverse order: the syncer first, so nothing is planned without a planner.
+    for service in services.iter_mut().rev() {
+        service.stop().await;
+    }
+    for server in local_servers {
+        server.shutdown().await?;
+    }
+    eprintln!("tenantplane up: stopped");
+    outcome
+}
+
+/// Waits for the services, applies the demo, and prints decisions until a signal or a service
+/// exits.
+async fn supervise(
+    args: &Args,
+    ports: &Ports,
+    data: &Path,
+    host: &kube::Client,
+    tenant: &kube::Client,
+    services: &mut [Service],
+    head: u64,
+) -> anyhow::Result<ExitCode> {
+    let names: Vec<String> = services.iter().map(|s| s.name.clone()).collect();
+    let ready = async {
+        for (name, admin) in names.iter().zip([2, 12, 22]) {
+            wait_ready(name, &ports.addr(admin)).await?;
+        }
+        anyhow::Ok(())
+    };
+    tokio::select! {
+        r = ready => r?,
+        exited = first_exit(services) => return Err(exited),
+    }
+    if !args.no_demo {
+        apply_examples(&args.examples, host, tenant, data).await?;
+    }
+    print_banner(ports, data);
+
+    let mut log = DecisionLogClient::connect(format!("http://{}", ports.addr(21)))
+        .await
+        .context("connecting to the syncer's DecisionLog service")?;
+    let mut stream = log
+        .watch(pb::WatchRequest {
+            filter: None,
+            start: Some(pb::watch_request::Start::AfterSequence(head)),
+        })
+        .await?
+        .into_inner();
+    let mut printer = Printer::new(Format::Table);
+    let follow = async {
+        while let Some(entry) = stream.next().await {
+            printer.print(&entry_from_proto(&entry?)?)?;
+        }
+        anyhow::Ok(())
+    };
+    tokio::select! {
+        followed = follow => {
+            followed?;
+            bail!("the syncer ended the decision stream")
+        }
+        exited = first_exit(services) => Err(exited),
+        () = shutdown_signal() => Ok(ExitCode::SUCCESS),
+    }
+}
+
+/// A service process.
+struct Service {
+    name: String,
+    child: Child,
+    log: PathBuf,
+}
+
+impl Service {
+    fn spawn(exe: &Path, name: &str, flags: &[String], data: &Path) -> anyhow::Result<Service> {
+        let log = data.join("logs").join(format!("{name}.log"));
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log)
+            .with_context(|| format!("opening {}", log.display()))?;
+        let child = Command::new(exe)
+            .arg("service")
+            .arg(name)
+            .args(flags)
+            .stdin(Stdio::null())
+            .stdout(file.try_clone()?)
+            .stderr(file)
+            .kill_on_drop(true)
+            .spawn()
+            .with_context(|| format!("starting the {name} service"))?;
+        Ok(Service {
+            name: name.to_string(),
+            child,
+            log,
+        })
+    }
+
+    /// SIGTERM, then SIGKILL after the grace period.
+    async fn stop(&mut self) {
+        if let Some(pid) = self.child.id() {
+            let _ = kill(Pid::from_raw(pid as i32), Signal::SIGTERM);
+        }
+        if tokio::time::timeout(STOP_GRACE, self.child.wait())
+            .await
+            .is_err()
+        {
+            eprintln!(
+                "tenantplane up: {} did not stop within {}s; killing it",
+                self.name,
+                STOP_GRACE.as_secs()
+            );
+            let _ = self.child.kill().await;
+        }
+    }
+}
+
+/// Resolves with an error naming the first service that exits.
+async fn first_exit(services: &mut [Service]) -> anyhow::Error {
+    let waits = services.iter_mut().map(|s| {
+        Box::pin(async move {
+            let status = s.child.wait().await;
+            let tail = std::fs::read_to_string(&s.log)
+                .map(|text| {
+                    let lines: Vec<&str> = text.lines().collect();
+                    lines[lines.len().saturating_sub(10)..].join("\n")
+                })
+                .unwrap_or_default();
+            anyhow::anyhow!(
+                "the {} service exited ({}); last lines of {}:\n{tail}",
+                s.name,
+                status.map_or_else(|e| e.to_string(), |s| s.to_string()),
+                s.log.display()
+            )
+        })
+    });
+    futures::future::select_all(waits).await.0
+}
+
+/// Polls `GET /ready` on a service's admin port until it answers 200.
+async fn wait_ready(name: &str, admin: &str) -> anyhow::Result<()> {
+    let deadline = tokio::time::Instant::now() + READY_TIMEOUT;
+    loop {
+        if http_status(admin, "/ready").await == Some(200) {
+            return Ok(());
+        }
+        if tokio::time::Instant::now() > deadline {
+            bail!(
+                "the {name} service was not ready within {}s (GET http://{admin}/ready)",
+                READY_TIMEOUT.as_secs()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The status code of a plain HTTP/1.0 GET, if the server answers.
+async fn http_status(addr: &str, path: &str) -> Option<u16> {
+    let mut stream = tokio::net::TcpStream::connect(addr).await.ok()?;
+    stream
+        .write_all(format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes())
+        .await
+        .ok()?;
+    let mut response = Vec::new();
+    stream.read_to_end(&mut response).await.ok()?;
+    let status_line = String::from_utf8_lossy(&response);
+    status_line.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// Resolves on SIGTERM or Ctrl-C.
+async fn shutdown_signal() {
+    let mut terminate =
+        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        Some(()) = async { terminate.as_mut()?.recv().await } => {}
+    }
+}
+
+/// Writes a kubeconfig holding only `context` (or the current context) of `file`.
+fn write_context(file: &Path, context: Option<&str>, to: &Path) -> anyhow::Result<()> {
+    let mut config = Kubeconfig::read_from(file)
+        .with_context(|| format!("reading kubeconfig {}", file.display()))?;
+    let name = match context {
+        Some(c) => c.to_string(),
+        None => config
+            .current_context
+            .clone()
+            .with_context(|| format!("{} has no current context; give one", file.display()))?,
+    };
+    let named = config
+        .contexts
+        .iter()
+        .find(|c| c.name == name)
+        .cloned()
+        .with_context(|| format!("{} has no context {name:?}", file.display()))?;
+    let (cluster, user) = named
+        .context
+        .as_ref()
+        .map(|c| (c.cluster.clone(), c.user.clone()))
+        .unwrap_or_default();
+    config.contexts = vec![named];
+    config.clusters.retain(|c| c.name == cluster);
+    config.auth_infos.retain(|a| Some(&a.name) == user.as_ref());
+    config.current_context = Some(name);
+    std::fs::write(to, serde_norway::to_string(&config)?)
+        .with_context(|| format!("writing {}", to.display()))
+}
+
+async fn client(kubeconfig: &Path) -> anyhow::Result<kube::Client> {
+    let config = Kubeconfig::read_from(kubeconfig)
+        .with_context(|| format!("reading kubeconfig {}", kubeconfig.display()))?;
+    let config = kube::Config::from_custom_kubeconfig(config, &KubeConfigOptions::default())
+        .await
+        .with_context(|| format!("kubeconfig {}", kubeconfig.display()))?;
+    kube::Client::try_from(config).context("building a Kubernetes client")
+}
+
+/// The sequence of the log's last decision (0 for a new log), where the printed stream starts.
+async fn log_head(url: &str) -> anyhow::Result<u64> {
+    let store = tenantplane_decision_log::open(url)
+        .await
+        .with_context(|| format!("opening the decision log {url}"))?;
+    Ok(store.head().await?.sequence)
+}
+
+async fn install_crds(host: &kube::Client) -> anyhow::Result<()> {
+    let crds =
+        tenantplane_core::documents::parse("tenantplane crds", &tenantplane_api::crds_yaml());
+    for crd in crds {
+        let crd = crd.map_err(|e| anyhow::anyhow!("{}: {}", e.origin, e.problem))?;
+        apply(host, crd.value, Patience::None)
+            .await
+            .context("installing the tenantplane CRDs on the host")?;
+    }
+    Ok(())
+}
+
+/// Applies the examples: top-level resources and `host/` to the host, `workloads/` to the
+/// tenant, and each Tenant's kubeconfig Secret. Bad documents are reported and skipped.
+async fn apply_examples(
+    examples: &Path,
+    host: &kube::Client,
+    tenant: &kube::Client,
+    data: &Path,
+) -> anyhow::Result<()> {
+    if !examples.is_dir() {
+        bail!(
+            "no examples directory at {} (run from the repository root, give --examples, or \
+             --no-demo)",
+            examples.display()
+        );
+    }
+    let mut top: Vec<PathBuf> = std::fs::read_dir(examples)?
+        .map(|e| e.map(|e| e.path()))
+        .collect::<Result<_, _>>()?;
+    top.retain(|p| p.is_file());
+    top.sort();
+    let kubeconfig = std::fs::read_to_string(data.join("tenant.kubeconfig"))?;
+    for (_, value) in documents(&top)? {
+        if value["kind"] == "Tenant" {
+            let t: Tenant = serde_json::from_value(value.clone()).context("reading a Tenant")?;
+            write_kubeconfig_secret(host, &t, &kubeconfig).await?;
+        }
+        apply(host, value, Patience::UntilServed).await?;
+    }
+    for (dir, client) in [("host", host), ("workloads", tenant)] {
+        let dir = examples.join(dir);
+        if !dir.is_dir() {
+            continue;
+        }
+        for (origin, value) in documents(&[dir])? {
+            if let Some(ns) = value["metadata"]["namespace"].as_str() {
+                ensure_namespace(client, ns).await?;
+            }
+            // An example the cluster cannot take (e.g. a kind it does not serve) is reported;
+            // the rest is still applied.
+            if let Err(e) = apply(client, value, Patience::None).await {
+                eprintln!("tenantplane up: skipping {origin}: {e}");
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The documents of `paths` with their origins; bad ones are printed and skipped.
+fn documents(paths: &[PathBuf]) -> anyhow::Result<Vec<(Origin, Value)>> {
+    let mut out = Vec::new();
+    for (origin, doc) in crate::input::read_documents(paths)? {
+        match doc {
+            Ok(value) => out.push((origin, value)),
+            Err(e) => eprintln!(
+                "tenantplane up: skipping {origin}: {}: {}",
+                e.field, e.problem
+            ),
+        }
+    }
+    Ok(out)
+}
+
+async fn write_kubeconfig_secret(
+    host: &kube::Client,
+    tenant: &Tenant,
+    kubeconfig: &str,
+) -> anyhow::Result<()> {
+    let r = &tenant.spec.control_plane.kubeconfig_secret;
+    ensure_namespace(host, &r.namespace).await?;
+    let secret = json!({
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": r.name, "namespace": r.namespace},
+        "stringData": {r.key.clone(): kubeconfig},
+    });
+    apply(host, secret, Patience::None).await
+}
+
+async fn ensure_namespace(client: &kube::Client, name: &str) -> anyhow::Result<()> {
+    let api: Api<Namespace> = Api::all(client.clone());
+    if api.get_opt(name).await?.is_some() {
+        return Ok(());
+    }
+    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": name}}))?;
+    match api.create(&PostParams::default(), &ns).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+        Err(e) => Err(e).with_context(|| format!("creating namespace {name}")),
+    }
+}
+
+/// Whether to wait for an object's kind to be served.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Patience {
+    /// Fail at once.
+    None,
+    /// Wait up to 10 s: a CRD installed a moment ago may not be served by a real cluster yet.
+    UntilServed,
+}
+
+/// Server-side apply of one object, whatever its kind.
+async fn apply(client: &kube::Client, value: Value, patience: Patience) -> anyhow::Result<()> {
+    let object: DynamicObject = serde_json::from_value(value).context("not an object")?;
+    let types = object
+        .types
+        .clone()
+        .context("the object has no apiVersion and kind")?;
+    let (group, version) = types
+        .api_version
+        .rsplit_once('/')
+        .unwrap_or(("", &types.api_version));
+    let gvk = GroupVersionKind::gvk(group, version, &types.kind);
+    let name = object.metadata.name.clone().unwrap_or_default();
+    if name.is_empty() {
+        bail!("{}: metadata.name is required", types.kind);
+    }
+    let what = format!("{} {name}", types.kind);
+    let mut attempts = 0;
+    let (resource, capabilities) = loop {
+        match kube::discovery::pinned_kind(client, &gvk).await {
+            Ok(found) => break found,
+            Err(_) if patience == Patience::UntilServed && attempts < 50 => {
+                attempts += 1;
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(e) => {
+                return Err(e).with_context(|| {
+                    format!("{what}: the cluster does not serve {}", types.api_version)
+                });
+            }
+        }
+    };
+    let api: Api<DynamicObject> = match (capabilities.scope, object.metadata.namespace.as_deref()) {
+        (kube::discovery::Scope::Namespaced, Some(ns)) => {
+            Api::namespaced_with(client.clone(), ns, &resource)
+        }
+        (kube::discovery::Scope::Namespaced, None) => {
+            Api::default_namespaced_with(client.clone(), &resource)
+        }
+        (kube::discovery::Scope::Cluster, _) => Api::all_with(client.clone(), &resource),
+    };
+    api.patch(
+        &name,
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(&object),
+    )
+    .await
+    .with_context(|| format!("applying {what}"))?;
+    Ok(())
+}
+
+fn print_banner(ports: &Ports, data: &Path) {
+    let d = data.display();
+    eprintln!(
+        "tenantplane up: planner {planner}, isolation compiler {isolation}, syncer {syncer} \
+         (DecisionLog gRPC; /metrics on {syncer_admin})\n\
+         \x20 host cluster:    kubectl --kubeconfig {d}/host.kubeconfig get pods -A\n\
+         \x20 tenant cluster:  kubectl --kubeconfig {d}/tenant.kubeconfig get pods -A\n\
+         \x20 decisions:       tenantplane decisions --server http://{syncer}\n\
+         \x20 why:             tenantplane why --host-kubeconfig {d}/host.kubeconfig --server http://{syncer} KIND/NAMESPACE/NAME\n\
+         \x20 audit:           tenantplane audit verify --db {d}/decisions.db\n\
+         \x20 service logs:    {d}/logs/\n\
+         Decisions as the syncer records them (Ctrl-C stops everything):",
+        planner = ports.addr(1),
+        isolation = ports.addr(11),
+        syncer = ports.addr(21),
+        syncer_admin = ports.addr(22),
+    );
+}
