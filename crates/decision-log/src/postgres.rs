@@ -2,8 +2,8 @@
 //!
 //! Appends lock the single chain head row (`SELECT ... FOR UPDATE`) in their transaction, so
 //! replicas append one batch at a time and sequences are gap-free in commit order: a reader
-//! that has seen link `n` committed never later sees a link below `n` appear. Inside a batch
-//! the inserts are pipelined on one connection. Reads go through a second connection, so a
+//! that has seen link `n` committed never later sees a link below `n` appear. A batch is
+//! inserted by one statement, its columns sent as arrays. Reads go through a second connection, so a
 //! long query never waits behind an append.
 
 use k8s_openapi::jiff::Timestamp;
@@ -41,6 +41,31 @@ fn params(values: Vec<SqlValue>) -> Params {
             match v {
                 SqlValue::Int(i) => Box::new(i),
                 SqlValue::Text(s) => Box::new(s),
+            }
+        })
+        .collect()
+}
+
+/// The rows of a batch as one array parameter per column (for
+/// [`sql::INSERT_DECISIONS_UNNEST`]); a column's type is that of its first row's value.
+fn columns(rows: Vec<Vec<SqlValue>>) -> Params {
+    let mut columns: Vec<(Vec<i64>, Vec<String>)> = Vec::new();
+    for row in rows {
+        columns.resize_with(row.len(), Default::default);
+        for (value, (ints, texts)) in row.into_iter().zip(&mut columns) {
+            match value {
+                SqlValue::Int(i) => ints.push(i),
+                SqlValue::Text(t) => texts.push(t),
+            }
+        }
+    }
+    columns
+        .into_iter()
+        .map(|(ints, texts)| -> Box<dyn ToSql + Sync + Send> {
+            if texts.is_empty() {
+                Box::new(ints)
+            } else {
+                Box::new(texts)
             }
         })
         .collect()
@@ -179,11 +204,11 @@ impl DecisionStore for PostgresStore {
                 read_head(&tx, &sql::lock_head(&POSTGRES)).await?,
                 &decisions,
             )?;
-            let insert = tx.prepare(sql::INSERT_DECISION).await?;
-            let rows: Vec<Params> = batch.rows.into_iter().map(params).collect();
-            let row_refs: Vec<Vec<&(dyn ToSql + Sync)>> = rows.iter().map(refs).collect();
-            // Polled together, the inserts are pipelined on the connection.
-            futures::future::try_join_all(row_refs.iter().map(|r| tx.execute(&insert, r))).await?;
+            if !batch.rows.is_empty() {
+                let columns = columns(batch.rows);
+                tx.execute(sql::INSERT_DECISIONS_UNNEST, &refs(&columns))
+                    .await?;
+            }
             let head = params(sql::head_row(&batch.head));
             tx.execute(sql::UPDATE_HEAD, &refs(&head)).await?;
             tx.commit().await?;

@@ -133,6 +133,16 @@ pub(crate) const INSERT_DECISION: &str = "INSERT INTO decisions (seq, id, time_u
      outcome, rule, prev_hash, hash, record) \
      VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)";
 
+/// Inserts a whole batch in one statement (PostgreSQL): one array per column of
+/// [`INSERT_DECISION`], in the same order, unnested into rows. One statement instead of one per
+/// row saves the server a parse, bind and execute per decision.
+pub(crate) const INSERT_DECISIONS_UNNEST: &str = "INSERT INTO decisions (seq, id, time_us, \
+     tenant, subject_kind, subject_namespace, subject_name, host_kind, host_namespace, host_name, \
+     outcome, rule, prev_hash, hash, record) \
+     SELECT * FROM UNNEST($1::bigint[], $2::text[], $3::bigint[], $4::text[], $5::text[], \
+     $6::text[], $7::text[], $8::text[], $9::text[], $10::text[], $11::text[], $12::text[], \
+     $13::text[], $14::text[], $15::text[])";
+
 /// The columns every read returns, in the order [`Link`] is built from.
 const LINK_COLUMNS: &str = "seq, prev_hash, hash, record";
 

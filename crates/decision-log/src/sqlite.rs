@@ -31,6 +31,12 @@ impl ToSql for SqlValue {
     }
 }
 
+/// The writer's page cache, in KiB (`cache_size` takes a negative number for KiB).
+const WRITER_CACHE_KIB: i64 = -65_536;
+
+/// WAL pages after which a commit copies the WAL back into the database.
+const WAL_CHECKPOINT_PAGES: i64 = 16_384;
+
 /// A decision log in a SQLite file.
 #[derive(Clone, Debug)]
 pub struct SqliteStore {
@@ -51,6 +57,11 @@ impl SqliteStore {
         let path = path.as_ref().to_path_buf();
         blocking(move || {
             let mut writer = connect(&path)?;
+            // Appends dirty index pages all over the file; a larger cache keeps them in
+            // memory between batches instead of reading them back, and a larger WAL lets a
+            // page changed by many batches be copied back to the database once per checkpoint.
+            writer.pragma_update(None, "cache_size", WRITER_CACHE_KIB)?;
+            writer.pragma_update(None, "wal_autocheckpoint", WAL_CHECKPOINT_PAGES)?;
             migrate(&mut writer)?;
             let head = read_head(&writer)?;
             Ok(SqliteStore {
