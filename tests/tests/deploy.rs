@@ -1067,6 +1067,17 @@ fn check_tiltfile(calls: &[Value]) {
             !as_list(build["kwargs"].get("live_update")).is_empty(),
             "{workload_name}: no live update"
         );
+        if let Some(target) = build["kwargs"].get("target").and_then(Value::as_str) {
+            let dockerfile = build["kwargs"]["dockerfile"]
+                .as_str()
+                .unwrap_or("Dockerfile");
+            assert!(
+                read(dockerfile)
+                    .lines()
+                    .any(|l| l.starts_with("FROM ") && l.ends_with(&format!(" AS {target}"))),
+                "{workload_name}: {dockerfile} has no target {target}"
+            );
+        }
         let resource = resources
             .get(&workload_name)
             .unwrap_or_else(|| panic!("no k8s_resource for {workload_name}"));
