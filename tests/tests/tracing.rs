@@ -203,20 +203,15 @@ async fn each_decision_is_one_span_with_the_planner_compiler_and_host_calls_as_c
             .unwrap()
             .entries
     };
-    let mut seen = 0;
+    let seen = Arc::new(std::sync::atomic::AtomicUsize::new(usize::MAX));
     let decisions: Vec<Entry> = eventually("the decision log to settle", || {
-        let (store, t) = (store.clone(), t.clone());
-        let last = seen;
+        let (store, t, seen) = (store.clone(), t.clone(), seen.clone());
         async move {
             tokio::time::sleep(Duration::from_millis(700)).await;
             let e = entries(store, t).await;
-            let n = e.len();
-            (n == last && e.iter().any(|e| e.decision.outcome == Outcome::Rejected))
+            let last = seen.swap(e.len(), std::sync::atomic::Ordering::SeqCst);
+            (last == e.len() && e.iter().any(|e| e.decision.outcome == Outcome::Rejected))
                 .then_some(e)
-                .or_else(|| {
-                    seen = n;
-                    None
-                })
         }
     })
     .await;

@@ -9,6 +9,10 @@
 //! cargo build --release -p tenantplane-syncer -p tenantplane-e2e
 //! target/release/tenantplane-sync-bench --objects 10000 --tenants 10
 //! ```
+//!
+//! `--compare-tracing` measures the cost of tracing in the same run: the sync is run twice, each
+//! time on a fresh host and fresh tenants, first with the syncer exporting every span over OTLP
+//! to a receiver in this process, then with no exporter, and both rates are printed.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -22,6 +26,12 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
 use kube::api::PostParams;
 use kube::runtime::{WatchStreamExt, watcher};
+use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
+    TraceService, TraceServiceServer,
+};
+use opentelemetry_proto::tonic::collector::trace::v1::{
+    ExportTraceServiceRequest, ExportTraceServiceResponse,
+};
 use serde_json::json;
 use tenantplane_e2e::{SYSTEM_NAMESPACE, create, ensure_namespace, install_crds};
 use tenantplane_local_apiserver::LocalApiServer;
@@ -40,6 +50,44 @@ struct Args {
     /// The syncer binary (default: next to this one).
     #[arg(long)]
     syncer: Option<PathBuf>,
+    /// Run the sync twice, with tracing exported over OTLP and with tracing off, and compare.
+    #[arg(long)]
+    compare_tracing: bool,
+}
+
+/// An OTLP receiver counting the spans it is sent.
+#[derive(Clone, Default)]
+struct SpanCounter(Arc<std::sync::atomic::AtomicU64>);
+
+#[tonic::async_trait]
+impl TraceService for SpanCounter {
+    async fn export(
+        &self,
+        request: tonic::Request<ExportTraceServiceRequest>,
+    ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
+        let n: usize = request
+            .into_inner()
+            .resource_spans
+            .iter()
+            .flat_map(|r| &r.scope_spans)
+            .map(|s| s.spans.len())
+            .sum();
+        self.0
+            .fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
+        Ok(tonic::Response::new(ExportTraceServiceResponse {
+            partial_success: None,
+        }))
+    }
+}
+
+/// What one synced run measured.
+struct Figures {
+    rate: f64,
+    secs: f64,
+    create_secs: f64,
+    latencies: Vec<Duration>,
+    rss_now_kib: u64,
+    rss_peak_kib: u64,
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
@@ -73,8 +121,6 @@ async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let host = LocalApiServer::builder().start().await?;
     let host_client = host.client().await?;
-    install_crds(&host_client).await?;
-    ensure_namespace(&host_client, SYSTEM_NAMESPACE).await?;
 
     // 1. Raw write rate of a plain client to the host API server.
     ensure_namespace(&host_client, "raw").await?;
@@ -102,6 +148,72 @@ async fn main() -> anyhow::Result<()> {
             .add_service(tenantplane_grpc::PlannerService::new().into_server())
             .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
     );
+    println!(
+        "objects: {}  tenants: {}  clients: {}",
+        args.objects, args.tenants, args.clients
+    );
+    println!("raw host writes:   {raw_rate:8.0} objects/s ({raw_secs:.2} s)");
+    if !args.compare_tracing {
+        let run = synced_run(&args, planner_addr, None).await?;
+        print_run("synced end to end", &run, raw_rate);
+        return Ok(());
+    }
+    let spans = SpanCounter::default();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let otlp_addr = listener.local_addr()?;
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(TraceServiceServer::new(spans.clone()))
+            .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
+    );
+    let traced = synced_run(&args, planner_addr, Some(format!("http://{otlp_addr}"))).await?;
+    print_run("synced, tracing exported", &traced, raw_rate);
+    println!(
+        "spans received by the OTLP receiver: {}",
+        spans.0.load(std::sync::atomic::Ordering::Relaxed)
+    );
+    let plain = synced_run(&args, planner_addr, None).await?;
+    print_run("synced, tracing off", &plain, raw_rate);
+    println!(
+        "tracing overhead: {:.1}% (throughput with tracing / without: {:.3})",
+        (1.0 - traced.rate / plain.rate) * 100.0,
+        traced.rate / plain.rate
+    );
+    Ok(())
+}
+
+fn print_run(label: &str, run: &Figures, raw_rate: f64) {
+    println!(
+        "{label}: {:8.0} objects/s ({:.2} s; tenant creates took {:.2} s); ratio to raw {:.2}",
+        run.rate,
+        run.secs,
+        run.create_secs,
+        run.rate / raw_rate
+    );
+    println!(
+        "  latency tenant create -> host present: p50 {:?}  p99 {:?}  max {:?}",
+        percentile(&run.latencies, 0.5),
+        percentile(&run.latencies, 0.99),
+        run.latencies.last().copied().unwrap_or_default()
+    );
+    println!(
+        "  syncer RSS: {:.1} MiB now, {:.1} MiB peak",
+        run.rss_now_kib as f64 / 1024.0,
+        run.rss_peak_kib as f64 / 1024.0
+    );
+}
+
+/// Syncs `args.objects` ConfigMaps over `args.tenants` fresh tenants into a fresh host, the
+/// syncer exporting spans to `otlp` when given.
+async fn synced_run(
+    args: &Args,
+    planner_addr: std::net::SocketAddr,
+    otlp: Option<String>,
+) -> anyhow::Result<Figures> {
+    let host = LocalApiServer::builder().start().await?;
+    let host_client = host.client().await?;
+    install_crds(&host_client).await?;
+    ensure_namespace(&host_client, SYSTEM_NAMESPACE).await?;
     let mut tenant_servers = Vec::new();
     let mut tenant_clients = Vec::new();
     for t in 0..args.tenants {
@@ -127,14 +239,21 @@ async fn main() -> anyhow::Result<()> {
     std::fs::create_dir_all(&dir)?;
     let host_kubeconfig = dir.join("host.kubeconfig");
     host.write_kubeconfig(&host_kubeconfig, "host")?;
-    let syncer_bin = match args.syncer {
-        Some(p) => p,
+    let syncer_bin = match &args.syncer {
+        Some(p) => p.clone(),
         None => std::env::current_exe()?
             .parent()
             .context("no parent directory")?
             .join("tenantplane-syncer"),
     };
-    let mut syncer = tokio::process::Command::new(&syncer_bin)
+    let mut command = tokio::process::Command::new(&syncer_bin);
+    match &otlp {
+        Some(endpoint) => command.env("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint),
+        None => command.env_remove("OTEL_EXPORTER_OTLP_ENDPOINT"),
+    };
+    let mut syncer = command
+        .arg("--grpc-addr")
+        .arg("127.0.0.1:0")
         .arg("--host-kubeconfig")
         .arg(&host_kubeconfig)
         .arg("--planner")
@@ -244,28 +363,15 @@ async fn main() -> anyhow::Result<()> {
     tokio::time::sleep(Duration::from_millis(300)).await;
     let rss_now = rss_kib(pid).unwrap_or(0);
     let rss_peak = *rss_peak.lock().expect("lock");
-    let sync_rate = args.objects as f64 / sync_secs;
-    println!(
-        "objects: {}  tenants: {}  clients: {}",
-        args.objects, args.tenants, args.clients
-    );
-    println!("raw host writes:   {raw_rate:8.0} objects/s ({raw_secs:.2} s)");
-    println!(
-        "synced end to end: {sync_rate:8.0} objects/s ({sync_secs:.2} s; tenant creates took {create_secs:.2} s)"
-    );
-    println!("ratio synced/raw:  {:8.2}", sync_rate / raw_rate);
-    println!(
-        "latency tenant create -> host present: p50 {:?}  p99 {:?}  max {:?}",
-        percentile(&latencies, 0.5),
-        percentile(&latencies, 0.99),
-        latencies.last().copied().unwrap_or_default()
-    );
-    println!(
-        "syncer RSS: {:.1} MiB now, {:.1} MiB peak",
-        rss_now as f64 / 1024.0,
-        rss_peak as f64 / 1024.0
-    );
     syncer.kill().await.ok();
     let _ = std::fs::remove_dir_all(&dir);
-    Ok(())
+    drop(tenant_servers);
+    Ok(Figures {
+        rate: args.objects as f64 / sync_secs,
+        secs: sync_secs,
+        create_secs,
+        latencies,
+        rss_now_kib: rss_now,
+        rss_peak_kib: rss_peak,
+    })
 }
