@@ -260,6 +260,57 @@ fn every_service_runs_restricted_with_probes_limits_and_pinned_images() {
     find(&base, "PersistentVolumeClaim", claim);
 }
 
+/// The Rust sources of every file under `dirs`, concatenated.
+fn sources(dirs: &[&str]) -> String {
+    fn walk(dir: &Path, out: &mut String) {
+        for entry in std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
+            let path = entry.expect("directory entry").path();
+            if path.is_dir() {
+                walk(&path, out);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                out.push_str(&std::fs::read_to_string(&path).expect("source"));
+            }
+        }
+    }
+    let mut out = String::new();
+    for dir in dirs {
+        walk(&repo().join(dir), &mut out);
+    }
+    out
+}
+
+#[test]
+fn every_configured_variable_is_one_the_service_reads() {
+    // A misspelt variable would be ignored without a word: each must appear in the sources of
+    // the binary (its crate, the shared service runtime, the gRPC clients, telemetry).
+    let shared = [
+        "crates/service/src",
+        "crates/client/src",
+        "crates/telemetry/src",
+    ];
+    for overlay in ["base", "overlays/dev"] {
+        let objects = render(overlay);
+        for service in SERVICES {
+            let deployment = find(&objects, "Deployment", &format!("tenantplane-{service}"));
+            let map = str_of(containers(deployment)[0], "/envFrom/0/configMapRef/name");
+            let crate_dir = format!("crates/{service}/src");
+            let mut dirs = vec![crate_dir.as_str()];
+            dirs.extend(shared);
+            let code = sources(&dirs);
+            for key in find(&objects, "ConfigMap", map)["data"]
+                .as_object()
+                .expect("configuration")
+                .keys()
+            {
+                assert!(
+                    code.contains(&format!("\"{key}\"")),
+                    "deploy/{overlay}: tenantplane-{service} is given {key}, which it never reads"
+                );
+            }
+        }
+    }
+}
+
 #[test]
 fn the_dev_overlay_sends_every_service_s_traces_to_jaeger() {
     let dev = render("overlays/dev");
