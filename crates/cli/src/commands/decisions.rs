@@ -4,6 +4,10 @@
 //! from the log database (`--db`: a SQLite file or a PostgreSQL URL). Prints the newest
 //! `--limit` matching decisions oldest first, like `kubectl get events`; with `-w`, then
 //! follows new ones as they are appended, without gaps.
+//!
+//! The table names each decision's trace (the trace id of its `tenantplane.sync.decision` span)
+//! and links to it in a tracing UI: `--trace-url` / `TENANTPLANE_TRACE_URL`, a URL template with
+//! `{trace_id}`, by default the local Jaeger (`http://localhost:16686/trace/{trace_id}`).
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -14,6 +18,7 @@ use tenantplane_core::decision::Outcome;
 use tenantplane_decision_log::grpc::{entry_from_proto, filter_to_proto};
 use tenantplane_decision_log::{Entry, Filter, ObjectFilter, entries_after};
 use tenantplane_proto::decisions::v1 as pb;
+use tenantplane_telemetry::TraceUrl;
 
 use crate::decision_source::{DecisionSource, SourceArgs};
 
@@ -52,10 +57,14 @@ pub struct Args {
     /// Output format.
     #[arg(short, long, value_enum, default_value = "table")]
     output: Format,
+    /// Link to each decision's trace: a tracing UI's URL with `{trace_id}` (the table's TRACE
+    /// column; JSON and YAML carry the trace id itself).
+    #[arg(long, env = tenantplane_telemetry::TRACE_URL_ENV, default_value_t = TraceUrl::default())]
+    trace_url: TraceUrl,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-enum Format {
+pub(crate) enum Format {
     /// Aligned columns.
     Table,
     /// JSON (one entry a line when watching).
@@ -97,7 +106,7 @@ async fn run_async(args: &Args) -> anyhow::Result<ExitCode> {
     if args.output == Format::Json && !args.watch {
         println!("{}", serde_json::to_string_pretty(&newest)?);
     } else {
-        let mut printer = Printer::new(args.output);
+        let mut printer = Printer::new(args.output).with_trace_url(args.trace_url.clone());
         for e in &newest {
             printer.print(e)?;
         }
@@ -153,20 +162,28 @@ async fn follow(
 }
 
 /// Prints entries one at a time in the chosen format.
-struct Printer {
+pub(crate) struct Printer {
     format: Format,
     header: bool,
+    trace_url: TraceUrl,
 }
 
 impl Printer {
-    fn new(format: Format) -> Printer {
+    pub(crate) fn new(format: Format) -> Printer {
         Printer {
             format,
             header: false,
+            trace_url: TraceUrl::default(),
         }
     }
 
-    fn print(&mut self, e: &Entry) -> anyhow::Result<()> {
+    /// Links traces through `trace_url` instead of the local Jaeger.
+    pub(crate) fn with_trace_url(mut self, trace_url: TraceUrl) -> Printer {
+        self.trace_url = trace_url;
+        self
+    }
+
+    pub(crate) fn print(&mut self, e: &Entry) -> anyhow::Result<()> {
         match self.format {
             Format::Json => println!("{}", serde_json::to_string(e)?),
             Format::Yaml => print!("---\n{}", serde_norway::to_string(e)?),
@@ -174,8 +191,8 @@ impl Printer {
                 if !self.header {
                     self.header = true;
                     println!(
-                        "{:<8} {:<30} {:<16} {:<10} {:<40} {:<40} {:<20} REASON",
-                        "SEQ", "TIME", "TENANT", "OUTCOME", "SUBJECT", "HOST", "RULE"
+                        "{:<8} {:<30} {:<16} {:<10} {:<40} {:<40} {:<20} {:<32} REASON  TRACE",
+                        "SEQ", "TIME", "TENANT", "OUTCOME", "SUBJECT", "HOST", "RULE", "TRACE ID"
                     );
                 }
                 let d = &e.decision;
@@ -195,8 +212,13 @@ impl Printer {
                         None => format!("{}/(default)", p.name),
                     })
                     .unwrap_or_else(|| "-".to_string());
+                let trace_id = d.trace_id.as_deref().unwrap_or("-");
+                let link = self
+                    .trace_url
+                    .link_opt(d.trace_id.as_deref())
+                    .unwrap_or_else(|| "-".to_string());
                 println!(
-                    "{:<8} {:<30} {:<16} {:<10} {:<40} {:<40} {:<20} {}",
+                    "{:<8} {:<30} {:<16} {:<10} {:<40} {:<40} {:<20} {:<32} {}  {}",
                     e.sequence,
                     d.time.to_string(),
                     d.tenant,
@@ -204,10 +226,42 @@ impl Printer {
                     subject,
                     host,
                     rule,
-                    d.reason
+                    trace_id,
+                    d.reason,
+                    link
                 );
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    #[derive(Debug, Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: super::Args,
+    }
+
+    #[test]
+    fn the_trace_url_flag_is_checked_and_used_for_links() {
+        let refused =
+            Cli::try_parse_from(["decisions", "--trace-url", "http://jaeger:16686/trace/"])
+                .unwrap_err()
+                .to_string();
+        assert!(refused.contains("must contain {trace_id}"), "{refused}");
+        let cli = Cli::try_parse_from([
+            "decisions",
+            "--trace-url",
+            "https://tempo.example/explore?traceId={trace_id}",
+        ])
+        .unwrap();
+        assert_eq!(
+            cli.args.trace_url.link("4bf92f3577b34da6a3ce929d0e0e4736"),
+            "https://tempo.example/explore?traceId=4bf92f3577b34da6a3ce929d0e0e4736"
+        );
     }
 }
