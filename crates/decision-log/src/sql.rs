@@ -91,12 +91,12 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
     (
         2,
         "subject index led by the tenant",
-        // Exactly the WHERE and ORDER BY of a query by tenant and subject (what `why` and
-        // `decisions --tenant T --subject KIND/NS/NAME` run): the newest rows are the first
-        // index entries visited. The index of migration 1 still serves subject queries
-        // across tenants.
+        // The WHERE and ORDER BY of a query by tenant and subject namespace/name (what `why`
+        // runs for a tenant object): the newest rows are the first index entries visited. A
+        // kind, when given, is checked on those rows; few kinds share a name in a namespace.
+        // The index of migration 1 still serves subject queries across tenants.
         "CREATE INDEX decisions_tenant_subject
-        ON decisions (tenant, subject_name, subject_namespace, subject_kind, seq)",
+        ON decisions (tenant, subject_name, subject_namespace, seq)",
     ),
 ];
 
