@@ -6,6 +6,10 @@ use std::fmt;
 
 use serde_json::Value;
 
+use crate::parallel;
+
+mod yaml;
+
 /// One object read from an input, with where it came from.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Document {
@@ -56,17 +60,13 @@ pub fn parse(source: &str, text: &str) -> Vec<Result<Document, DocumentError>> {
         if trimmed.starts_with('{') || trimmed.starts_with('[') {
             parse_json_stream(text)
         } else {
-            split_yaml(text)
+            parallel::map_in_order(&split_yaml(text), |chunk| read_yaml(chunk))
                 .into_iter()
                 .enumerate()
-                .filter_map(|(i, chunk)| {
-                    let value: Result<Option<Value>, String> =
-                        serde_norway::from_str(chunk).map_err(|e| e.to_string());
-                    match value {
-                        Ok(None) | Ok(Some(Value::Null)) => None,
-                        Ok(Some(v)) => Some((i + 1, Ok(v))),
-                        Err(e) => Some((i + 1, Err(e))),
-                    }
+                .filter_map(|(i, value)| match value {
+                    Ok(None) | Ok(Some(Value::Null)) => None,
+                    Ok(Some(v)) => Some((i + 1, Ok(v))),
+                    Err(e) => Some((i + 1, Err(e))),
                 })
                 .collect()
         };
@@ -119,6 +119,14 @@ fn is_list(v: &Value) -> bool {
         .and_then(Value::as_str)
         .is_some_and(|k| k == "List" || k.ends_with("List"))
         && v.get("items").is_some()
+}
+
+/// One YAML document: the fast reader when it can tell, `serde_norway` (and its errors) otherwise.
+fn read_yaml(chunk: &str) -> Result<Option<Value>, String> {
+    match yaml::read(chunk) {
+        Some(value) => Ok(value),
+        None => serde_norway::from_str(chunk).map_err(|e| e.to_string()),
+    }
 }
 
 /// Splits a YAML stream at `---` document markers, so that a syntax error in one document does

@@ -17,6 +17,7 @@ pub mod decision;
 pub mod documents;
 pub mod mapping;
 pub mod object;
+pub mod parallel;
 pub mod planner;
 pub mod policy;
 pub mod translate;

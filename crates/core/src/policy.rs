@@ -19,6 +19,8 @@ use tenantplane_api::sync_policy::{
 
 use crate::object::TenantObject;
 
+mod direct;
+
 /// The policy tenantplane ships: rejects the host-escape classics and syncs the usual kinds.
 pub const DEFAULT_POLICY_YAML: &str = include_str!("policy/default.yaml");
 
@@ -307,16 +309,24 @@ impl CompiledRule {
         if self.conditions.is_empty() {
             return Ok(true);
         }
-        let ctx = match scope {
-            Some(ctx) => ctx,
-            None => {
-                let value = kube_cel::cel::to_value(&object.object).map_err(|e| e.to_string())?;
-                let mut ctx = functions.new_inner_scope();
-                ctx.add_variable_from_value("object", value);
-                scope.insert(ctx)
-            }
-        };
         for (name, program) in &self.conditions {
+            // Most guards are decided on the JSON directly; the interpreter decides (and words
+            // the errors of) the rest, with the object converted once per evaluation.
+            match direct::evaluate(program.expression(), &object.object) {
+                Some(true) => continue,
+                Some(false) => return Ok(false),
+                None => {}
+            }
+            let ctx = match scope {
+                Some(ctx) => ctx,
+                None => {
+                    let value =
+                        kube_cel::cel::to_value(&object.object).map_err(|e| e.to_string())?;
+                    let mut ctx = functions.new_inner_scope();
+                    ctx.add_variable_from_value("object", value);
+                    scope.insert(ctx)
+                }
+            };
             match program.execute(ctx) {
                 Ok(CelValue::Bool(true)) => {}
                 Ok(CelValue::Bool(false)) => return Ok(false),

@@ -18,6 +18,7 @@ use tenantplane_client::{ClientConfig, PlannerClient};
 use tenantplane_core::collision::HostObjectMeta;
 use tenantplane_core::decision::Stamp;
 use tenantplane_core::documents::Origin;
+use tenantplane_core::parallel;
 use tenantplane_core::planner::HostState;
 use tenantplane_core::{CompiledPolicy, Decision, Outcome, Plan, Planner, TenantObject};
 
@@ -158,17 +159,18 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
             objects,
         ))?,
     };
-    let mut out = std::io::stdout().lock();
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     match args.output {
-        OutputFormat::Table => {
-            write_table(&mut out, &results)?;
-            eprintln!("{}", summary(&results));
-        }
+        OutputFormat::Table => write_table(&mut out, &results)?,
         OutputFormat::Json => {
             serde_json::to_writer_pretty(&mut out, &results)?;
             writeln!(out)?;
         }
         OutputFormat::Yaml => write!(out, "{}", serde_norway::to_string(&results)?)?,
+    }
+    out.flush()?;
+    if args.output == OutputFormat::Table {
+        eprintln!("{}", summary(&results));
     }
     Ok(if results.iter().any(|r| fail_on.matches(r)) {
         ExitCode::FAILURE
@@ -198,24 +200,25 @@ pub fn tenant_objects(
         .collect()
 }
 
-/// Plans every object in process, in input order.
+/// Plans every object in process, on every core, and returns the results in input order.
 pub fn explain(planner: &Planner, host: &HostState, objects: Vec<ObjectInput>) -> Vec<Explained> {
-    let planned = objects
+    let valid: Vec<&TenantObject> = objects
         .iter()
         .filter_map(|(_, o)| o.as_ref().ok())
-        .map(|object| {
-            let plan = planner
-                .plan_all([object], host)
-                .next()
-                .expect("one plan per object");
-            let decision = plan.to_decision(planner.tenant(), object, Stamp::now(COMPONENT));
-            Planned { decision, plan }
-        });
+        .collect();
+    let planned = parallel::map_in_order(&valid, |object| {
+        let plan = planner
+            .plan_all([*object], host)
+            .next()
+            .expect("one plan per object");
+        let decision = plan.to_decision(planner.tenant(), object, Stamp::now(COMPONENT));
+        Planned { decision, plan }
+    });
     assemble(
         objects
             .iter()
             .map(|(origin, o)| (origin.clone(), o.as_ref().err())),
-        planned,
+        planned.into_iter(),
     )
 }
 
