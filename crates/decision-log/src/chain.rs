@@ -8,7 +8,8 @@
 //! the hash of the last removed link; checkpoints are chained among themselves the same way.
 //!
 //! Both the database verifier and the JSON Lines verifier feed links to one [`Verifier`], which
-//! reports the first broken link.
+//! reports the first broken link; the database verifier also gives it each row's index columns,
+//! which must be what the record says.
 
 use std::fmt;
 

@@ -155,7 +155,7 @@ fn migrate(conn: &mut Connection) -> Result<(), Error> {
 }
 
 fn read_head(conn: &Connection) -> Result<Head, Error> {
-    Ok(conn.query_row(sql::SELECT_HEAD, [], |r| {
+    Ok(conn.prepare_cached(sql::SELECT_HEAD)?.query_row([], |r| {
         Ok(Head {
             sequence: sql::to_u64(r.get(0)?),
             hash: r.get(1)?,
@@ -236,10 +236,8 @@ impl DecisionStore for SqliteStore {
                             insert.execute(params_from_iter(row))?;
                         }
                     }
-                    tx.execute(
-                        sql::UPDATE_HEAD,
-                        params_from_iter(sql::head_row(&batch.head)),
-                    )?;
+                    tx.prepare_cached(sql::UPDATE_HEAD)?
+                        .execute(params_from_iter(sql::head_row(&batch.head)))?;
                     tx.commit()?;
                     Ok((batch.appended, batch.head.sequence))
                 })

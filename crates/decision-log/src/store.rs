@@ -54,7 +54,7 @@ pub trait DecisionStore: Send + Sync + fmt::Debug {
     fn get(&self, id: String) -> StoreFuture<'_, Option<Entry>>;
     /// One page of entries matching a filter.
     fn query(&self, query: Query) -> StoreFuture<'_, Page>;
-    /// Up to `limit` links after `sequence`, in order (Watch, verify, export).
+    /// Up to `limit` links after `sequence`, in order (Watch, export).
     fn links_after(&self, sequence: u64, limit: u32) -> StoreFuture<'_, Vec<Link>>;
     /// Like [`DecisionStore::links_after`], with each row's index columns as stored (verify).
     fn indexed_links_after(
@@ -94,8 +94,8 @@ pub async fn open(url: &str) -> Result<Arc<dyn DecisionStore>, Error> {
 pub(crate) const SCAN_CHUNK: u32 = 10_000;
 
 /// Verifies the whole chain of `store`: the checkpoints, every link from the latest
-/// checkpoint on with the index columns of its row, and the recorded head; optionally that link `anchor.sequence` still has
-/// the hash an auditor recorded earlier.
+/// checkpoint on with the index columns of its row, and the recorded head; optionally that
+/// link `anchor.sequence` still has the hash an auditor recorded earlier.
 pub async fn verify(
     store: &dyn DecisionStore,
     anchor: Option<Head>,
