@@ -196,7 +196,7 @@ impl From<&str> for SqlValue {
 }
 
 /// The values of [`INSERT_DECISION`] for `link`, which records `decision`.
-fn row(link: &Link, decision: &Decision) -> Vec<SqlValue> {
+fn row(link: Link, decision: &Decision) -> Vec<SqlValue> {
     let index = IndexColumns::of(decision);
     vec![
         SqlValue::Int(to_i64(link.sequence)),
@@ -211,9 +211,9 @@ fn row(link: &Link, decision: &Decision) -> Vec<SqlValue> {
         SqlValue::Text(index.host_name),
         SqlValue::Text(index.outcome),
         SqlValue::Text(index.rule),
-        link.prev_hash.as_str().into(),
-        link.hash.as_str().into(),
-        link.record.as_str().into(),
+        SqlValue::Text(link.prev_hash),
+        SqlValue::Text(link.hash),
+        SqlValue::Text(link.record),
     ]
 }
 
@@ -237,7 +237,6 @@ pub(crate) fn chain_batch(head: Head, decisions: &[Decision]) -> Result<ChainedB
     };
     for d in decisions {
         let link = Link::new(d, batch.head.sequence, &batch.head.hash)?;
-        batch.rows.push(row(&link, d));
         batch.appended.push(Appended {
             id: d.id.clone(),
             sequence: link.sequence,
@@ -245,8 +244,10 @@ pub(crate) fn chain_batch(head: Head, decisions: &[Decision]) -> Result<ChainedB
         });
         batch.head = Head {
             sequence: link.sequence,
-            hash: link.hash,
+            hash: link.hash.clone(),
         };
+        // The row takes the record over rather than copying it.
+        batch.rows.push(row(link, d));
     }
     Ok(batch)
 }
