@@ -24,6 +24,7 @@ use opentelemetry_sdk::trace::{Sampler, SdkTracerProvider};
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::filter::LevelFilter;
 use tracing_subscriber::{EnvFilter, Layer};
 
 /// Log line format.
@@ -218,7 +219,8 @@ fn percent_decode(text: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-/// Installs logging (`filter` in EnvFilter syntax, e.g. `info` or `tenantplane_syncer=debug,info`)
+/// Installs logging (`filter` in EnvFilter syntax, e.g. `info` or `tenantplane_syncer=debug,info`;
+/// it filters log lines, not the spans exported, which are those at INFO and above)
 /// and tracing for `service`, with OTLP configured by the environment. Call once, early in
 /// `main`, inside a tokio runtime.
 pub fn init(service: &str, format: LogFormat, filter: &str) -> anyhow::Result<Telemetry> {
@@ -247,10 +249,15 @@ pub fn init_with(
     let provider = tracer_provider(service, otlp)?;
     let otel = provider
         .as_ref()
-        .map(|p| tracing_opentelemetry::layer().with_tracer(p.tracer("tenantplane")));
+        .map(|p| {
+            tracing_opentelemetry::layer()
+                .with_tracer(p.tracer("tenantplane"))
+                .with_filter(LevelFilter::INFO)
+        });
+    // The log filter chooses log lines only: spans at INFO and above are exported whatever it
+    // says (quiet logs must not switch tracing off).
     tracing_subscriber::registry()
-        .with(filter)
-        .with(fmt)
+        .with(fmt.with_filter(filter))
         .with(otel)
         .try_init()
         .context("a global tracing subscriber is already installed")?;
