@@ -260,3 +260,33 @@ async fn mutual_tls_refuses_clients_without_a_certificate() {
         "a client without a certificate was served"
     );
 }
+
+#[tokio::test]
+async fn a_service_s_own_metrics_are_served_on_the_admin_port() {
+    let mut registry = prometheus_client::registry::Registry::default();
+    let decisions = prometheus_client::metrics::counter::Counter::<u64>::default();
+    registry.register(
+        "tenantplane_sync_decisions",
+        "Sync decisions recorded",
+        decisions.clone(),
+    );
+    decisions.inc_by(3);
+    let loopback: SocketAddr = "127.0.0.1:0".parse().unwrap();
+    let server = Server::bind(loopback, loopback, None)
+        .await
+        .unwrap()
+        .with_registry(registry);
+    let admin = server.admin_addr();
+    let (stop, stopped) = oneshot::channel::<()>();
+    let task = tokio::spawn(server.serve(GrpcApi::new(), async {
+        let _ = stopped.await;
+    }));
+    let (status, metrics) = get(admin, "/metrics").await;
+    assert_eq!(status, 200);
+    assert!(
+        metrics.contains("tenantplane_sync_decisions_total 3"),
+        "{metrics}"
+    );
+    let _ = stop.send(());
+    task.await.unwrap().unwrap();
+}
