@@ -210,14 +210,16 @@ impl CompiledPolicy {
             // The object is converted to CEL and bound once, on the first rule with conditions,
             // and shared by every later rule.
             let mut scope = None;
-            let labels: BTreeMap<String, String> =
-                object.labels().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+            // The labels are collected for the first rule with a selector, if any.
+            let mut labels: Option<BTreeMap<String, String>> = None;
             for compiled in &self.rules {
                 if !matches_identity(&compiled.rule.matches, object) {
                     continue;
                 }
                 if let Some(selector) = &compiled.selector
-                    && !selector.matches(&labels)
+                    && !selector.matches(labels.get_or_insert_with(|| {
+                        object.labels().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+                    }))
                 {
                     continue;
                 }
