@@ -12,17 +12,12 @@
 //!   port-forwards and a dependency on the CRDs;
 //! - the Dockerfile names only packages and binaries the workspace has, one target per service.
 
-use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use serde_json::{Value, json};
-use starlark::environment::{FrozenModule, Globals, GlobalsBuilder, Module};
-use starlark::eval::{Evaluator, FileLoader};
-use starlark::starlark_module;
-use starlark::syntax::{AstModule, Dialect};
 use tenantplane_e2e::{Env, create, delete, eventually, get, merge};
 use tenantplane_local_apiserver::RecordedRequest;
 
@@ -833,113 +828,40 @@ const TILT_BUILTINS: &[&str] = &[
 const TILT_EXTENSIONS: &[(&str, &[&str])] =
     &[("ext://restart_process", &["docker_build_with_restart"])];
 
-/// What the Tiltfile called, in order, and what `read_json` answers.
-#[derive(Debug, Default)]
-struct TiltRun {
-    calls: Vec<Value>,
-    /// Per-developer settings as if tilt-settings.json held them; `None`: no such file.
-    settings: Option<Value>,
-}
-
-thread_local! {
-    /// The evaluation in progress on this thread (evaluation is synchronous).
-    static TILT_RUN: RefCell<TiltRun> = RefCell::default();
-}
-
-#[starlark_module]
-fn tilt_natives(builder: &mut GlobalsBuilder) {
-    /// Records a builtin's call and returns it as `{"builtin", "args", "kwargs"}`.
-    fn record<'v>(
-        #[starlark(require = pos)] name: &str,
-        #[starlark(require = pos)] args: starlark::values::Value<'v>,
-        #[starlark(require = pos)] kwargs: starlark::values::Value<'v>,
-    ) -> anyhow::Result<Value> {
-        let call = json!({
-            "builtin": name,
-            "args": args.to_json_value()?,
-            "kwargs": kwargs.to_json_value()?,
-        });
-        TILT_RUN.with_borrow_mut(|run| run.calls.push(call.clone()));
-        Ok(call)
-    }
-
-    /// Tilt's `read_json`: the configured settings, or `default`.
-    fn read_json<'v>(
-        #[starlark(require = pos)] path: &str,
-        default: Option<starlark::values::Value<'v>>,
-        eval: &mut Evaluator<'v, '_, '_>,
-    ) -> anyhow::Result<starlark::values::Value<'v>> {
-        let settings = TILT_RUN.with_borrow_mut(|run| {
-            run.calls
-                .push(json!({"builtin": "read_json", "args": [path], "kwargs": {}}));
-            run.settings.clone()
-        });
-        Ok(match (settings, default) {
-            (Some(settings), _) => eval.heap().alloc(settings),
-            (None, Some(default)) => default,
-            (None, None) => starlark::values::Value::new_none(),
-        })
-    }
-}
-
-fn dialect() -> Dialect {
-    // Tilt allows statements (if, for) at the top level.
-    Dialect {
-        enable_top_level_stmt: true,
-        ..Dialect::Standard
-    }
-}
-
-/// Starlark source defining `names` as recording stubs.
-fn stubs(names: &[&str]) -> String {
-    names
-        .iter()
-        .map(|n| format!("def {n}(*args, **kwargs):\n    return record({n:?}, args, kwargs)\n"))
-        .collect()
-}
-
-fn frozen(name: &str, source: String, globals: &Globals) -> starlark::Result<FrozenModule> {
-    let ast = AstModule::parse(name, source, &dialect())?;
-    Module::with_temp_heap(|module| {
-        Evaluator::new(&module).eval_module(ast, globals)?;
-        Ok(module.freeze()?)
-    })
-}
-
-struct TiltExtensions<'a> {
-    globals: &'a Globals,
-}
-
-impl FileLoader for TiltExtensions<'_> {
-    fn load(&self, path: &str) -> starlark::Result<FrozenModule> {
-        let Some((_, functions)) = TILT_EXTENSIONS.iter().find(|(p, _)| *p == path) else {
-            return Err(starlark::Error::new_other(anyhow::anyhow!(
-                "the Tiltfile loads {path}, which these tests have no stub for"
-            )));
-        };
-        frozen(path, stubs(functions), self.globals)
-    }
-}
-
-/// Evaluates the Tiltfile with `settings` as tilt-settings.json; returns the recorded calls.
+/// Evaluates the Tiltfile with `settings` as tilt-settings.json (`None`: no such file) in the
+/// Starlark interpreter, Tilt's builtins and extensions stubbed; returns the recorded calls.
 fn evaluate_tiltfile(settings: Option<Value>) -> Vec<Value> {
-    let globals = GlobalsBuilder::standard().with(tilt_natives).build();
-    let prelude = frozen("tilt-builtins", stubs(TILT_BUILTINS), &globals).expect("the stubs");
-    let loader = TiltExtensions { globals: &globals };
-    TILT_RUN.set(TiltRun {
-        calls: Vec::new(),
-        settings,
+    let request = json!({
+        "tiltfile": repo().join("Tiltfile"),
+        "builtins": TILT_BUILTINS,
+        "extensions": TILT_EXTENSIONS
+            .iter()
+            .map(|(path, functions)| (path.to_string(), json!(functions)))
+            .collect::<serde_json::Map<_, _>>(),
+        "settings": settings,
     });
-    let ast = AstModule::parse("Tiltfile", read("Tiltfile"), &dialect())
-        .unwrap_or_else(|e| panic!("the Tiltfile does not parse: {e}"));
-    Module::with_temp_heap(|module| {
-        module.import_public_symbols(&prelude);
-        let mut eval = Evaluator::new(&module);
-        eval.set_loader(&loader);
-        eval.eval_module(ast, &globals).map(|_| ())
-    })
-    .unwrap_or_else(|e| panic!("the Tiltfile fails: {e}"));
-    TILT_RUN.take().calls
+    let script = repo().join("tests/tests/deploy/evaluate_tiltfile.py");
+    let mut child = Command::new("python3")
+        .arg(&script)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("python3 runs (.ci/run installs starlark-pyo3 from .ci/requirements.txt)");
+    child
+        .stdin
+        .take()
+        .expect("piped")
+        .write_all(request.to_string().as_bytes())
+        .expect("the request is written");
+    let out = child.wait_with_output().expect("the evaluation ends");
+    assert!(
+        out.status.success(),
+        "the Tiltfile fails to evaluate (python3 -m pip install -r .ci/requirements.txt \
+         provides the interpreter):\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("the evaluator prints the calls as JSON")
 }
 
 fn calls_of<'a>(calls: &'a [Value], builtin: &str) -> Vec<&'a Value> {

@@ -12,7 +12,7 @@ pub enum Args {
     /// The isolation compiler (`tenantplane-isolation-compiler`).
     IsolationCompiler(tenantplane_isolation_compiler::Args),
     /// The syncer (`tenantplane-syncer`).
-    Syncer(tenantplane_syncer::service::Args),
+    Syncer(Box<tenantplane_syncer::service::Args>),
 }
 
 /// Runs the service until SIGTERM or Ctrl-C.
@@ -24,7 +24,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         match args {
             Args::Planner(a) => tenantplane_planner::serve(a).await,
             Args::IsolationCompiler(a) => tenantplane_isolation_compiler::serve(a).await,
-            Args::Syncer(a) => tenantplane_syncer::service::serve(a).await,
+            Args::Syncer(a) => tenantplane_syncer::service::serve(*a).await,
         }
     })?;
     Ok(ExitCode::SUCCESS)
