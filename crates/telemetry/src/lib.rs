@@ -22,9 +22,9 @@ use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::propagation::TraceContextPropagator;
 use opentelemetry_sdk::trace::{Sampler, SdkTracerProvider};
 use tracing_opentelemetry::OpenTelemetrySpanExt;
+use tracing_subscriber::filter::LevelFilter;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
-use tracing_subscriber::filter::LevelFilter;
 use tracing_subscriber::{EnvFilter, Layer};
 
 /// Log line format.
@@ -247,13 +247,11 @@ pub fn init_with(
             .boxed(),
     };
     let provider = tracer_provider(service, otlp)?;
-    let otel = provider
-        .as_ref()
-        .map(|p| {
-            tracing_opentelemetry::layer()
-                .with_tracer(p.tracer("tenantplane"))
-                .with_filter(LevelFilter::INFO)
-        });
+    let otel = provider.as_ref().map(|p| {
+        tracing_opentelemetry::layer()
+            .with_tracer(p.tracer("tenantplane"))
+            .with_filter(LevelFilter::INFO)
+    });
     // The log filter chooses log lines only: spans at INFO and above are exported whatever it
     // says (quiet logs must not switch tracing off).
     tracing_subscriber::registry()
