@@ -1,5 +1,6 @@
-//! Reading the current host state from a live cluster, read-only, for collision prediction:
-//! the metadata of every object of the input kinds in the tenant's host namespace.
+//! Clusters the CLI talks to: a client from a kubeconfig file and context, and the current host
+//! state read from a live cluster, read-only, for collision prediction (the metadata of every
+//! object of the input kinds in the tenant's host namespace).
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -19,15 +20,7 @@ pub async fn read(
     namespace: &str,
     kinds: &BTreeSet<(String, String)>,
 ) -> anyhow::Result<HostState> {
-    let config = Kubeconfig::read_from(kubeconfig)
-        .with_context(|| format!("reading kubeconfig {}", kubeconfig.display()))?;
-    let options = KubeConfigOptions {
-        context: context.map(str::to_string),
-        ..Default::default()
-    };
-    let config = kube::Config::from_custom_kubeconfig(config, &options)
-        .await
-        .with_context(|| format!("kubeconfig {}", kubeconfig.display()))?;
+    let config = config(Some(kubeconfig), context).await?;
     let cluster = config.cluster_url.clone();
     let client = kube::Client::try_from(config).context("building the host cluster client")?;
     let mut host = HostState::default();
@@ -64,4 +57,34 @@ pub async fn read(
         }
     }
     Ok(host)
+}
+
+/// A client for the cluster of `kubeconfig` (default: `KUBECONFIG` or `~/.kube/config`) at
+/// `context` (default: its current context).
+pub async fn client(
+    kubeconfig: Option<&Path>,
+    context: Option<&str>,
+) -> anyhow::Result<kube::Client> {
+    kube::Client::try_from(config(kubeconfig, context).await?)
+        .context("building a Kubernetes client")
+}
+
+/// The client configuration of [`client`].
+async fn config(kubeconfig: Option<&Path>, context: Option<&str>) -> anyhow::Result<kube::Config> {
+    let options = KubeConfigOptions {
+        context: context.map(str::to_string),
+        ..Default::default()
+    };
+    match kubeconfig {
+        Some(path) => {
+            let kubeconfig = Kubeconfig::read_from(path)
+                .with_context(|| format!("reading kubeconfig {}", path.display()))?;
+            kube::Config::from_custom_kubeconfig(kubeconfig, &options)
+                .await
+                .with_context(|| format!("kubeconfig {}", path.display()))
+        }
+        None => kube::Config::from_kubeconfig(&options)
+            .await
+            .context("no kubeconfig given and no usable KUBECONFIG or ~/.kube/config"),
+    }
 }

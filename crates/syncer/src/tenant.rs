@@ -622,19 +622,7 @@ impl Worker {
         let objects: Vec<TenantObject> = present.iter().map(|(_, o)| o.clone()).collect();
         let host: Vec<HostObjectMeta> = present
             .iter()
-            .filter_map(|(key, o)| {
-                let id = &o.identity;
-                let name = mapping::host_name(
-                    &self.placement.tenant,
-                    id.group(),
-                    &id.kind,
-                    &id.namespace,
-                    &id.name,
-                )
-                .0;
-                self.host_cached(key.kind, &name)
-                    .and_then(|v| reconcile::host_meta(&v))
-            })
+            .filter_map(|(key, o)| self.host_of(key, o).and_then(|v| reconcile::host_meta(&v)))
             .collect();
         let plans = self
             .shared

@@ -29,7 +29,7 @@ use anyhow::{Context, bail};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::config::Kubeconfig;
 use kube::core::GroupVersionKind;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
@@ -43,6 +43,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::process::{Child, Command};
 
 use super::decisions::{Format, Printer};
+use crate::host_cluster;
 use tenantplane_decision_log::grpc::entry_from_proto;
 
 /// The field manager of what `up` applies.
@@ -90,7 +91,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     runtime.block_on(run_async(args))
 }
 
-/// The service processes and their ports.
+/// The loopback ports, counted from `--base-port`.
 struct Ports {
     base: u16,
 }
@@ -146,8 +147,8 @@ async fn run_async(args: &Args) -> anyhow::Result<ExitCode> {
             }
         }
     }
-    let host = client(&host_kubeconfig).await?;
-    let tenant = client(&tenant_kubeconfig).await?;
+    let host = host_cluster::client(Some(&host_kubeconfig), None).await?;
+    let tenant = host_cluster::client(Some(&tenant_kubeconfig), None).await?;
     install_crds(&host).await?;
 
     // The services, as separate processes of this executable.
@@ -392,15 +393,6 @@ fn write_context(file: &Path, context: Option<&str>, to: &Path) -> anyhow::Resul
     config.current_context = Some(name);
     std::fs::write(to, serde_norway::to_string(&config)?)
         .with_context(|| format!("writing {}", to.display()))
-}
-
-async fn client(kubeconfig: &Path) -> anyhow::Result<kube::Client> {
-    let config = Kubeconfig::read_from(kubeconfig)
-        .with_context(|| format!("reading kubeconfig {}", kubeconfig.display()))?;
-    let config = kube::Config::from_custom_kubeconfig(config, &KubeConfigOptions::default())
-        .await
-        .with_context(|| format!("kubeconfig {}", kubeconfig.display()))?;
-    kube::Client::try_from(config).context("building a Kubernetes client")
 }
 
 /// The sequence of the log's last decision (0 for a new log), where the printed stream starts.

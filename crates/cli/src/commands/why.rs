@@ -14,7 +14,6 @@ use std::process::ExitCode;
 
 use anyhow::{Context, bail};
 use kube::api::{Api, DynamicObject};
-use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::discovery::{ApiResource, Discovery};
 use serde::Serialize;
 use tenantplane_api::provenance;
@@ -229,7 +228,11 @@ async fn explain_tenant_object(
 }
 
 async fn explain_host_object(args: &Args, target: &ObjectRef) -> anyhow::Result<Explanation> {
-    let client = host_client(args).await?;
+    let client = crate::host_cluster::client(
+        args.host_kubeconfig.as_deref(),
+        args.host_context.as_deref(),
+    )
+    .await?;
     let resource = resolve_kind(&client, &target.kind).await?;
     let api: Api<DynamicObject> =
         Api::namespaced_with(client.clone(), &target.namespace, &resource);
@@ -365,7 +368,7 @@ fn check_matches(explanation: &mut Explanation, decision: &Decision) {
     let Some(source) = &explanation.source else {
         return;
     };
-    let mut problems = Vec::new();
+    let problems = &mut explanation.problems;
     if source.uid != decision.subject.uid {
         problems.push(format!(
             "the object's source uid {} differs from decision {}'s subject uid {}",
@@ -382,27 +385,6 @@ fn check_matches(explanation: &mut Explanation, decision: &Decision) {
             decision.subject.name
         ));
     }
-    explanation.problems.extend(problems);
-}
-
-async fn host_client(args: &Args) -> anyhow::Result<kube::Client> {
-    let options = KubeConfigOptions {
-        context: args.host_context.clone(),
-        ..Default::default()
-    };
-    let config = match &args.host_kubeconfig {
-        Some(path) => {
-            let kubeconfig = Kubeconfig::read_from(path)
-                .with_context(|| format!("reading kubeconfig {}", path.display()))?;
-            kube::Config::from_custom_kubeconfig(kubeconfig, &options)
-                .await
-                .with_context(|| format!("kubeconfig {}", path.display()))?
-        }
-        None => kube::Config::from_kubeconfig(&options)
-            .await
-            .context("no --host-kubeconfig given and no usable KUBECONFIG or ~/.kube/config")?,
-    };
-    kube::Client::try_from(config).context("building the host cluster client")
 }
 
 /// Finds the resource a typed kind names (`Pod`, `pods`, `deployments.apps`), as kubectl does.
