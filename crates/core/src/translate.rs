@@ -132,13 +132,13 @@ pub fn to_host(
     let labels: Map<String, Value> = placement
         .labels
         .iter()
-        .map(|(k, v)| (k.clone(), json!(v)))
+        .map(|(k, v)| (k.to_string(), json!(v)))
         .collect();
     let mut annotations: Map<String, Value> = placement
         .annotations
         .iter()
-        .filter(|(k, _)| k.as_str() != provenance::DECISION_ID && k.as_str() != DESIRED_DIGEST)
-        .map(|(k, v)| (k.clone(), json!(v)))
+        .filter(|(k, _)| *k != provenance::DECISION_ID && *k != DESIRED_DIGEST)
+        .map(|(k, v)| (k.to_string(), json!(v)))
         .collect();
     let Value::Object(mut out) = json!({
         "apiVersion": placement.api_version,
@@ -604,6 +604,121 @@ pub fn status_to_tenant(tenant_object: &Value, host_object: &Value) -> Option<Va
     (current != host_status).then(|| host_status.clone())
 }
 
+/// The tenant Service as it must be recreated to carry the host Service's cluster IPs, when they
+/// differ (`None`: nothing to do).
+///
+/// A Service's `spec.clusterIP(s)` cannot change once set, and the tenant's pods run on the host,
+/// where only the host Service's address routes; the tenant's DNS answers with the tenant
+/// Service's address. So the tenant Service is recreated with the host's address, as vcluster
+/// does: the object returned is the tenant Service with the host's `clusterIP`, `clusterIPs` and
+/// `ipFamilies`, without server-maintained metadata and status. Headless and ExternalName
+/// Services have no address to carry.
+pub fn service_with_host_cluster_ips(
+    tenant_service: &Value,
+    host_service: &Value,
+) -> Option<Value> {
+    let ip_of = |s: &Value| {
+        s.pointer("/spec/clusterIP")
+            .and_then(Value::as_str)
+            .map(str::to_string)
+    };
+    let host_ip = ip_of(host_service).filter(|ip| !ip.is_empty() && ip != "None")?;
+    let tenant_ip = ip_of(tenant_service);
+    let external =
+        |s: &Value| s.pointer("/spec/type").and_then(Value::as_str) == Some("ExternalName");
+    if tenant_ip.as_deref() == Some("None") || external(tenant_service) || external(host_service) {
+        return None;
+    }
+    let host_ips = host_service
+        .pointer("/spec/clusterIPs")
+        .cloned()
+        .unwrap_or_else(|| json!([host_ip]));
+    if tenant_ip.as_deref() == Some(host_ip.as_str())
+        && tenant_service
+            .pointer("/spec/clusterIPs")
+            .is_none_or(|ips| ips == &host_ips)
+    {
+        return None;
+    }
+    let mut recreated = tenant_service.clone();
+    if let Some(map) = recreated.as_object_mut() {
+        map.remove("status");
+    }
+    if let Some(meta) = recreated.get_mut("metadata").and_then(Value::as_object_mut) {
+        for field in [
+            "uid",
+            "resourceVersion",
+            "creationTimestamp",
+            "generation",
+            "managedFields",
+            "deletionTimestamp",
+            "deletionGracePeriodSeconds",
+            "selfLink",
+        ] {
+            meta.remove(field);
+        }
+    }
+    let spec = recreated.get_mut("spec").and_then(Value::as_object_mut)?;
+    spec.insert("clusterIP".into(), json!(host_ip));
+    spec.insert("clusterIPs".into(), host_ips);
+    match host_service.pointer("/spec/ipFamilies") {
+        Some(families) => spec.insert("ipFamilies".into(), families.clone()),
+        None => spec.remove("ipFamilies"),
+    };
+    Some(recreated)
+}
+
+/// The `subsets` of a tenant Endpoints object, from the host Endpoints the host's endpoints
+/// controller keeps for the host Service of a tenant Service with a selector.
+///
+/// Every address must point at a host Pod that `tenant_pod` maps back to its tenant Pod (by the
+/// host Pod's provenance): `tenant_pod` gets the host Pod's name and answers the tenant
+/// `targetRef` (kind, namespace, name, uid), or `None` for a host Pod that is not one of the
+/// Service's tenant pods, whose address is then left out. Nothing that names a host object
+/// crosses: `nodeName` (a host Node) is dropped. Addresses are sorted by IP and empty subsets
+/// dropped, so that the same host state always gives the same value.
+pub fn endpoints_to_tenant(
+    host_endpoints: &Value,
+    tenant_pod: impl Fn(&str) -> Option<Value>,
+) -> Value {
+    let mut subsets = Vec::new();
+    let host_subsets = host_endpoints.get("subsets").and_then(Value::as_array);
+    for subset in host_subsets.into_iter().flatten() {
+        let mut out = Map::new();
+        for list in ["addresses", "notReadyAddresses"] {
+            let mut addresses: Vec<Value> = subset
+                .get(list)
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter_map(|a| {
+                    let target = a.get("targetRef")?;
+                    if target.get("kind").and_then(Value::as_str) != Some("Pod") {
+                        return None;
+                    }
+                    let tenant_ref = tenant_pod(target.get("name")?.as_str()?)?;
+                    let mut a = a.as_object()?.clone();
+                    a.remove("nodeName");
+                    a.insert("targetRef".into(), tenant_ref);
+                    Some(Value::Object(a))
+                })
+                .collect();
+            addresses.sort_by(|a, b| a["ip"].as_str().cmp(&b["ip"].as_str()));
+            if !addresses.is_empty() {
+                out.insert(list.into(), Value::Array(addresses));
+            }
+        }
+        if out.is_empty() {
+            continue;
+        }
+        if let Some(ports) = subset.get("ports") {
+            out.insert("ports".into(), ports.clone());
+        }
+        subsets.push(Value::Object(out));
+    }
+    Value::Array(subsets)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -864,5 +979,72 @@ mod tests {
         assert_eq!(status_to_tenant(&same, &host_pod), None);
         let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}});
         assert_eq!(status_to_tenant(&cm, &host_pod), None);
+    }
+
+    #[test]
+    fn a_tenant_service_is_recreated_with_the_host_cluster_ips_only_when_they_differ() {
+        let tenant_svc = json!({"apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": "web", "namespace": "n", "uid": "u1", "resourceVersion": "7",
+                         "labels": {"app": "web"}},
+            "spec": {"clusterIP": "10.43.0.9", "clusterIPs": ["10.43.0.9"], "ipFamilies": ["IPv4"],
+                     "selector": {"app": "web"}, "ports": [{"port": 80}]},
+            "status": {"loadBalancer": {}}});
+        let host_svc = json!({"spec": {"clusterIP": "10.96.3.4", "clusterIPs": ["10.96.3.4"],
+                                       "ipFamilies": ["IPv4"]}});
+        let recreated = service_with_host_cluster_ips(&tenant_svc, &host_svc).unwrap();
+        assert_eq!(recreated["spec"]["clusterIP"], "10.96.3.4");
+        assert_eq!(recreated["spec"]["clusterIPs"], json!(["10.96.3.4"]));
+        assert_eq!(recreated["spec"]["selector"], json!({"app": "web"}));
+        assert_eq!(recreated["metadata"]["labels"], json!({"app": "web"}));
+        assert!(recreated["metadata"].get("uid").is_none());
+        assert!(recreated["metadata"].get("resourceVersion").is_none());
+        assert!(recreated.get("status").is_none());
+        assert_eq!(service_with_host_cluster_ips(&recreated, &host_svc), None);
+
+        let mut headless = tenant_svc.clone();
+        headless["spec"]["clusterIP"] = json!("None");
+        assert_eq!(service_with_host_cluster_ips(&headless, &host_svc), None);
+        assert_eq!(
+            service_with_host_cluster_ips(&tenant_svc, &json!({"spec": {}})),
+            None,
+            "a host Service without an address yet"
+        );
+    }
+
+    #[test]
+    fn host_endpoints_flow_up_pointing_at_tenant_pods_only() {
+        let host = json!({"subsets": [
+            {"addresses": [
+                {"ip": "10.244.0.9", "nodeName": "host-node-1",
+                 "targetRef": {"kind": "Pod", "namespace": "tenant-acme", "name": "b-x-web", "uid": "h2"}},
+                {"ip": "10.244.0.5", "nodeName": "host-node-1",
+                 "targetRef": {"kind": "Pod", "namespace": "tenant-acme", "name": "a-x-web", "uid": "h1"}},
+                {"ip": "10.244.0.7",
+                 "targetRef": {"kind": "Pod", "namespace": "tenant-acme", "name": "host-only", "uid": "h3"}},
+                {"ip": "10.244.0.8"}],
+             "notReadyAddresses": [
+                {"ip": "10.244.0.6",
+                 "targetRef": {"kind": "Pod", "namespace": "tenant-acme", "name": "c-x-web"}}],
+             "ports": [{"port": 8080, "protocol": "TCP"}]},
+            {"addresses": [{"ip": "10.244.0.7",
+                 "targetRef": {"kind": "Pod", "namespace": "tenant-acme", "name": "host-only"}}],
+             "ports": [{"port": 9090}]}]});
+        let tenant_pod = |host: &str| {
+            let name = host.strip_suffix("-x-web")?;
+            Some(
+                json!({"kind": "Pod", "namespace": "web", "name": name, "uid": format!("t-{name}")}),
+            )
+        };
+        assert_eq!(
+            endpoints_to_tenant(&host, tenant_pod),
+            json!([{
+                "addresses": [
+                    {"ip": "10.244.0.5", "targetRef": {"kind": "Pod", "namespace": "web", "name": "a", "uid": "t-a"}},
+                    {"ip": "10.244.0.9", "targetRef": {"kind": "Pod", "namespace": "web", "name": "b", "uid": "t-b"}}],
+                "notReadyAddresses": [
+                    {"ip": "10.244.0.6", "targetRef": {"kind": "Pod", "namespace": "web", "name": "c", "uid": "t-c"}}],
+                "ports": [{"port": 8080, "protocol": "TCP"}]}])
+        );
+        assert_eq!(endpoints_to_tenant(&json!({}), tenant_pod), json!([]));
     }
 }

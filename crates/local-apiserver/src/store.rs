@@ -935,7 +935,19 @@ impl Store {
                 spec.entry("type").or_insert(json!("ClusterIP"));
                 spec.entry("sessionAffinity").or_insert(json!("None"));
                 let headless = spec.get("clusterIP").and_then(Value::as_str) == Some("None");
-                if !headless && spec.get("type").and_then(Value::as_str) != Some("ExternalName") {
+                // A requested address is kept, as a real API server keeps a valid one.
+                let requested = spec
+                    .get("clusterIP")
+                    .and_then(Value::as_str)
+                    .is_some_and(|ip| !ip.is_empty());
+                if requested && !spec.contains_key("clusterIPs") {
+                    let ip = spec["clusterIP"].clone();
+                    spec.insert("clusterIPs".into(), json!([ip]));
+                }
+                if !headless
+                    && !requested
+                    && spec.get("type").and_then(Value::as_str) != Some("ExternalName")
+                {
                     let n = state.next_cluster_ip;
                     if !dry_run {
                         state.next_cluster_ip += 1;

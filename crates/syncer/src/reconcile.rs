@@ -328,17 +328,55 @@ pub fn deferred(
 
 /// A decision turned into Failed because its host write failed (recorded; the key is retried).
 pub fn failed(decision: &Decision, error: &str, stamp: Stamp) -> Decision {
+    unapplied(
+        decision,
+        "HostWriteFailed",
+        format!(
+            "{} of the host object failed (decision {} stands unapplied): {error}",
+            decision.action.as_str(),
+            decision.id
+        ),
+        stamp,
+    )
+}
+
+/// A decision turned into Failed because the host object changed between the state it was taken
+/// on and its write, whose precondition refused it (409): nothing was written, and the object is
+/// decided again on fresh state.
+pub fn superseded(decision: &Decision, error: &str, stamp: Stamp) -> Decision {
+    unapplied(
+        decision,
+        "HostObjectChanged",
+        format!(
+            "{} of the host object refused: it changed since decision {} was taken, which \
+             stands unapplied; decided again on the host's current state ({error})",
+            decision.action.as_str(),
+            decision.id
+        ),
+        stamp,
+    )
+}
+
+fn unapplied(decision: &Decision, reason: &str, message: String, stamp: Stamp) -> Decision {
     let mut d = decision.clone();
     d.id = stamp.id;
     d.time = stamp.time;
     d.outcome = Outcome::Failed;
-    d.reason = "HostWriteFailed".into();
-    d.message = format!(
-        "{} of the host object failed (decision {} stands unapplied): {error}",
-        decision.action.as_str(),
-        decision.id
-    );
+    d.reason = reason.into();
+    d.message = message;
     d
+}
+
+/// Whether a field manager other than `manager` has written `object` (its managedFields).
+pub fn written_by_another_manager(object: &Value, manager: &str) -> bool {
+    object
+        .pointer("/metadata/managedFields")
+        .and_then(Value::as_array)
+        .is_some_and(|entries| {
+            entries
+                .iter()
+                .any(|e| e.get("manager").and_then(Value::as_str) != Some(manager))
+        })
 }
 
 /// What identifies the content of a tenant object for deciding whether a new decision carries
@@ -582,5 +620,36 @@ mod tests {
             step.decision.stripped_keys,
             vec!["label tenantplane.io/tenant"]
         );
+    }
+
+    #[test]
+    fn a_write_refused_by_its_precondition_is_recorded_as_not_applied() {
+        let p = planner();
+        let o = cm("a");
+        let create = reconcile_present(&tenant(), &o, &p.plan(&o, None), None, stamp());
+        let d = superseded(&create.decision, "AlreadyExists (409)", stamp());
+        assert_eq!(d.outcome, Outcome::Failed);
+        assert_eq!(d.reason, "HostObjectChanged");
+        assert_ne!(d.id, create.decision.id);
+        assert!(
+            d.message.contains(&create.decision.id) && d.message.contains("stands unapplied"),
+            "{}",
+            d.message
+        );
+    }
+
+    #[test]
+    fn another_field_manager_is_seen_in_managed_fields() {
+        let ours = json!({"metadata": {"managedFields": [
+            {"manager": "tenantplane-syncer", "operation": "Apply"}]}});
+        assert!(!written_by_another_manager(&ours, "tenantplane-syncer"));
+        assert!(!written_by_another_manager(
+            &json!({"metadata": {}}),
+            "tenantplane-syncer"
+        ));
+        let theirs = json!({"metadata": {"managedFields": [
+            {"manager": "tenantplane-syncer", "operation": "Apply"},
+            {"manager": "kube-controller-manager", "operation": "Update"}]}});
+        assert!(written_by_another_manager(&theirs, "tenantplane-syncer"));
     }
 }

@@ -26,8 +26,9 @@ use serde_json::{Value, json};
 use std::time::Instant;
 use tenantplane_api::{Tenant, provenance};
 use tenantplane_core::collision::HostObjectMeta;
-use tenantplane_core::decision::Outcome;
+use tenantplane_core::decision::{HostAction, Outcome};
 use tenantplane_core::mapping::{self, TenantPlacement};
+use tenantplane_core::translate;
 use tenantplane_core::{CompiledPolicy, SourceIdentity, TenantObject};
 use tenantplane_telemetry::propagation;
 use tokio::sync::{Semaphore, watch};
@@ -44,6 +45,56 @@ use crate::trace;
 
 /// Field manager of every host write.
 pub const FIELD_MANAGER: &str = "tenantplane-syncer";
+
+/// How long a write of this syncer may take to show in its own watch before the watch's store is
+/// believed again anyway (a watch down for longer: the write preconditions still protect).
+const OWN_WRITE_PATIENCE: Duration = Duration::from_secs(10);
+
+/// A host write of this syncer that its host watch has not shown yet. Until it has, the host store
+/// holds an older state of that name than the one this syncer made, and nothing is decided on it.
+#[derive(Debug)]
+struct OwnWrite {
+    /// uid of the object created, applied or deleted.
+    uid: String,
+    /// The resourceVersion the create or apply returned; `None` for a delete.
+    resource_version: Option<String>,
+    at: Instant,
+}
+
+impl OwnWrite {
+    /// Whether `cached` (the host store's object at the name) shows this write or a later state.
+    fn shown_by(&self, cached: Option<&Value>) -> bool {
+        let uid = cached
+            .and_then(|c| c.pointer("/metadata/uid"))
+            .and_then(Value::as_str);
+        match (&self.resource_version, cached) {
+            (None, _) => uid != Some(self.uid.as_str()),
+            (Some(_), None) => false,
+            (Some(written), Some(c)) => {
+                let cached = c
+                    .pointer("/metadata/resourceVersion")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default();
+                // resourceVersions are opaque; integers (etcd, the local server) also order.
+                let later = match (cached.parse::<u64>(), written.parse::<u64>()) {
+                    (Ok(c), Ok(w)) => c >= w,
+                    _ => cached == written,
+                };
+                uid == Some(self.uid.as_str()) && later
+            }
+        }
+    }
+}
+
+/// A tenant Service this syncer recreated to carry its host Service's cluster IPs.
+#[derive(Debug)]
+struct Recreation {
+    /// uid of the tenant Service deleted (the host Service's provenance still names it).
+    from_uid: String,
+    /// uid of the tenant Service created in its place, once created.
+    to_uid: Option<String>,
+    at: Instant,
+}
 
 /// Tuning shared by every tenant.
 #[derive(Debug, Clone)]
@@ -208,6 +259,14 @@ struct Worker {
     attempts: Mutex<HashMap<Key, u32>>,
     service_kind: Option<usize>,
     endpoints_kind: Option<usize>,
+    pod_kind: Option<usize>,
+    /// Host writes not yet shown by the host watch, by (kind, host name).
+    own_writes: Mutex<HashMap<(usize, String), OwnWrite>>,
+    /// Tenant Services recreated with their host Service's cluster IPs, by key: until the tenant
+    /// watch shows the new Service and the host Service's provenance names it.
+    recreations: Mutex<HashMap<Key, Recreation>>,
+    /// Tenant Services whose control plane refused the host's cluster IPs: not tried again.
+    cluster_ips_refused: Mutex<std::collections::HashSet<Key>>,
     /// Objects in place: (tenant resourceVersion, desired digest) of the last Synced or Unchanged
     /// decision. While both still hold, an event (typically the echo of our own write, or a host
     /// status change) needs no plan: only the status flows up.
@@ -263,6 +322,12 @@ pub async fn start(
         tenant_limiter: RateLimiter::new(tuning.tenant_qps, tuning.tenant_burst),
         attempts: Mutex::new(HashMap::new()),
         settled: Mutex::new(HashMap::new()),
+        own_writes: Mutex::new(HashMap::new()),
+        recreations: Mutex::new(HashMap::new()),
+        cluster_ips_refused: Mutex::new(std::collections::HashSet::new()),
+        pod_kind: kinds
+            .iter()
+            .position(|(ar, _)| ar.group.is_empty() && ar.kind == "Pod"),
         service_kind: kinds
             .iter()
             .position(|(ar, _)| ar.group.is_empty() && ar.kind == "Service"),
@@ -317,7 +382,7 @@ pub async fn start(
             while let Some(event) = events.next().await {
                 match event {
                     Ok(obj) => {
-                        if let Some(key) = w.key_of_host(index, &obj) {
+                        if let Some(key) = w.key_of_host_event(index, &obj) {
                             w.queue.push(key);
                         }
                     }
@@ -404,6 +469,26 @@ impl Worker {
         })
     }
 
+    /// The key a host object's event concerns: the source of our own host object, or, for the
+    /// Endpoints the host's endpoints controller keeps for our host Service, the tenant Endpoints
+    /// of that Service (they flow up).
+    fn key_of_host_event(&self, index: usize, obj: &DynamicObject) -> Option<Key> {
+        if let Some(key) = self.key_of_host(index, obj) {
+            return Some(key);
+        }
+        let service_kind = self.service_kind?;
+        if Some(index) != self.endpoints_kind {
+            return None;
+        }
+        let services = &self.kinds[service_kind];
+        let service = services.host.get(
+            &ObjectRef::new_with(&obj.name_any(), services.ar.clone())
+                .within(&self.placement.host_namespace),
+        )?;
+        let key = self.key_of_host(service_kind, &service)?;
+        Some(Key { kind: index, ..key })
+    }
+
     fn enqueue_all(&self) {
         for (index, k) in self.kinds.iter().enumerate() {
             for obj in k.tenant.state() {
@@ -414,7 +499,7 @@ impl Worker {
                 });
             }
             for obj in k.host.state() {
-                if let Some(key) = self.key_of_host(index, &obj) {
+                if let Some(key) = self.key_of_host_event(index, &obj) {
                     self.queue.push(key);
                 }
             }
@@ -460,17 +545,74 @@ impl Worker {
         self.queue.push_after(key.clone(), delay);
     }
 
+    /// The host object of `o` as decisions see it. While a tenant Service this syncer recreated
+    /// (with the host's cluster IPs) is being adopted, its host Service still names the deleted
+    /// Service's uid: it is seen as naming the new one, so the next decision updates its
+    /// provenance instead of deleting it as an earlier incarnation's.
     fn host_of(&self, key: &Key, o: &TenantObject) -> Option<Value> {
-        let id = &o.identity;
-        let name = mapping::host_name(
+        let mut host = self.host_cached(key.kind, &self.host_name_of(key))?;
+        if let Some(r) = self.recreations.lock().expect("recreations lock").get(key)
+            && r.to_uid.as_deref() == Some(o.identity.uid.as_str())
+            && source_uid_of(&host) == Some(r.from_uid.as_str())
+        {
+            host["metadata"]["labels"][provenance::SOURCE_UID] = json!(o.identity.uid);
+        }
+        Some(host)
+    }
+
+    /// The host name of a key's object.
+    fn host_name_of(&self, key: &Key) -> String {
+        let ar = &self.kinds[key.kind].ar;
+        mapping::host_name(
             &self.placement.tenant,
-            id.group(),
-            &id.kind,
-            &id.namespace,
-            &id.name,
+            &ar.group,
+            &ar.kind,
+            &key.namespace,
+            &key.name,
         )
-        .0;
-        self.host_cached(key.kind, &name)
+        .0
+    }
+
+    /// Whether the host store has not yet shown this syncer's last write at the key's host name:
+    /// a decision now would take an older state for the current one (a create that looks
+    /// missing, a delete that looks undone). Forgets writes the store shows.
+    fn host_cache_behind(&self, key: &Key) -> bool {
+        let name = self.host_name_of(key);
+        let mut writes = self.own_writes.lock().expect("own writes lock");
+        let Some(w) = writes.get(&(key.kind, name.clone())) else {
+            return false;
+        };
+        if w.at.elapsed() < OWN_WRITE_PATIENCE
+            && !w.shown_by(self.host_cached(key.kind, &name).as_ref())
+        {
+            return true;
+        }
+        writes.remove(&(key.kind, name));
+        false
+    }
+
+    /// Whether the tenant store has not yet shown the tenant Service this syncer recreated at
+    /// `key` (`tenant_uid`: the uid the store shows, if any). Forgets recreations that are
+    /// complete: the new Service shown and its host Service's provenance naming it.
+    fn tenant_cache_behind(&self, key: &Key, tenant_uid: Option<&str>) -> bool {
+        let mut recreations = self.recreations.lock().expect("recreations lock");
+        let Some(r) = recreations.get(key) else {
+            return false;
+        };
+        let waiting = r.at.elapsed() < OWN_WRITE_PATIENCE;
+        let (behind, done) = match tenant_uid {
+            Some(uid) if Some(uid) == r.to_uid.as_deref() => {
+                let host = self.host_cached(key.kind, &self.host_name_of(key));
+                (false, host.as_ref().and_then(source_uid_of) == Some(uid))
+            }
+            Some(uid) if uid == r.from_uid || r.to_uid.is_none() => (waiting, !waiting),
+            Some(_) => (false, true),
+            None => (waiting, !waiting),
+        };
+        if done {
+            recreations.remove(key);
+        }
+        behind
     }
 
     fn still_settled(&self, key: &Key, o: &TenantObject) -> bool {
@@ -519,6 +661,7 @@ impl Worker {
         {
             self.patch_status(key, o, status).await;
         }
+        self.cluster_ips_up(key, o, &host).await;
     }
 
     async fn patch_status(&self, key: &Key, o: &TenantObject, status: Value) {
@@ -565,16 +708,31 @@ impl Worker {
     async fn process(&self, batch: &[Key]) {
         let mut present: Vec<(Key, TenantObject)> = Vec::new();
         for key in batch {
+            if self.host_cache_behind(key) {
+                // Decided again when the host watch shows our write (its event queues the key),
+                // at the latest once the patience is over.
+                self.queue.push_after(key.clone(), OWN_WRITE_PATIENCE);
+                continue;
+            }
             let kind = &self.kinds[key.kind];
             let found = kind
                 .tenant
                 .get(&ObjectRef::new_with(&key.name, kind.ar.clone()).within(&key.namespace));
+            if self.endpoints_of_selector_service(key) {
+                self.endpoints_up(key, found.as_deref()).await;
+            }
             match found {
                 Some(obj) => match TenantObject::from_value(to_value(&obj)) {
+                    Ok(o) if self.tenant_cache_behind(key, Some(&o.identity.uid)) => {
+                        self.queue.push_after(key.clone(), OWN_WRITE_PATIENCE)
+                    }
                     Ok(o) if self.still_settled(key, &o) => self.status_up_only(key, &o).await,
                     Ok(o) => present.push((key.clone(), o)),
                     Err(e) => tracing::warn!(error = %e, "unreadable tenant object"),
                 },
+                None if self.tenant_cache_behind(key, None) => {
+                    self.queue.push_after(key.clone(), OWN_WRITE_PATIENCE)
+                }
                 None => {
                     self.settled.lock().expect("settled lock").remove(key);
                     self.reconcile_absent(key).await
@@ -734,27 +892,45 @@ impl Worker {
                                     keeps the host Service's Endpoints"
                 .into();
             plan.outcome = Outcome::Skipped;
-            plan.action = tenantplane_core::decision::HostAction::None;
+            plan.action = HostAction::None;
             plan.reason = plan.verdict.reason.clone();
             plan.message = plan.verdict.message.clone();
             plan.collision = None;
         }
         let plan = &plan;
-        let cached = self.host_cached(key.kind, &plan.placement.name);
+        let cached = self.host_of(key, object);
         let span = tracing::Span::current();
-        let step = reconcile::reconcile_present(
+        let mut step = reconcile::reconcile_present(
             &self.placement,
             object,
             plan,
             cached.as_ref(),
             trace::stamp_in(&span, COMPONENT),
         );
+        if let Some(r) = self.recreations.lock().expect("recreations lock").get(key)
+            && step.decision.action == HostAction::Update
+        {
+            step.decision.message = format!(
+                "{}; the tenant Service was recreated with the host Service's cluster IPs (uid \
+                 {} replaced by {}): the host Service now names the new one",
+                step.decision.message, r.from_uid, object.identity.uid
+            );
+        }
         trace::describe(&span, &step.decision);
         // No read before the write: every write carries a precondition on the host object the
         // decision saw (create: nothing at the name; apply: its resourceVersion; delete: its
         // uid), so a decision on a stale cache fails with 409 and is taken again on fresh state.
         let k = self.key_string(key);
-        let content = reconcile::observed_digest(&object.object);
+        let content = if self.endpoints_of_selector_service(key) {
+            // Their addresses flow up from the host: a change of them is no news for the log.
+            let mut without_addresses = object.object.clone();
+            if let Some(map) = without_addresses.as_object_mut() {
+                map.remove("subsets");
+            }
+            reconcile::observed_digest(&without_addresses)
+        } else {
+            reconcile::observed_digest(&object.object)
+        };
         let ledger = self.recorder.ledger();
         if step.decision.outcome == Outcome::Unchanged && !ledger.seen(&k) {
             // First sight since start of an object already in place: the decision on the host
@@ -793,6 +969,13 @@ impl Worker {
         {
             self.patch_status(key, object, status).await;
         }
+        let host_is_ours = matches!(
+            (step.decision.outcome, step.decision.action),
+            (Outcome::Unchanged, _) | (Outcome::Synced, HostAction::Update)
+        );
+        if host_is_ours && let Some(host) = &cached {
+            self.cluster_ips_up(key, object, host).await;
+        }
         self.succeeded(key);
     }
 
@@ -830,20 +1013,27 @@ impl Worker {
             }
         }
         match result {
-            Ok(()) => true,
-            Err(kube::Error::Api(s)) if s.code == 409 => {
-                // Someone wrote at the target name meanwhile: decide again on fresh state.
-                self.backoff(key);
-                false
+            Ok(written) => {
+                if let Some(w) = written {
+                    self.own_writes
+                        .lock()
+                        .expect("own writes lock")
+                        .insert((key.kind, name.to_string()), w);
+                }
+                true
             }
             Err(e) => {
-                // A decision of its own (Failed), in a span of its own under the one it failed.
+                // A decision of its own (Failed), in a span of its own under the one it failed:
+                // the log says the decision was not applied. A 409 means the host object changed
+                // since the decision (someone wrote at the name): decided again on fresh state.
                 let span = trace::follow_up_span(&step.decision);
-                let failed = reconcile::failed(
-                    &step.decision,
-                    &e.to_string(),
-                    trace::stamp_in(&span, COMPONENT),
-                );
+                let stamp = trace::stamp_in(&span, COMPONENT);
+                let failed = match &e {
+                    kube::Error::Api(s) if s.code == 409 => {
+                        reconcile::superseded(&step.decision, &e.to_string(), stamp)
+                    }
+                    _ => reconcile::failed(&step.decision, &e.to_string(), stamp),
+                };
                 let _ = self
                     .recorder
                     .record(
@@ -861,8 +1051,19 @@ impl Worker {
         }
     }
 
-    /// The host API call of a write.
-    async fn host_write(&self, kind: &Kind, write: &HostWrite) -> Result<(), kube::Error> {
+    /// The host API call of a write; what it wrote, for [`OwnWrite`].
+    async fn host_write(
+        &self,
+        kind: &Kind,
+        write: &HostWrite,
+    ) -> Result<Option<OwnWrite>, kube::Error> {
+        let written = |o: DynamicObject| {
+            Some(OwnWrite {
+                uid: o.uid()?,
+                resource_version: Some(o.resource_version()?),
+                at: Instant::now(),
+            })
+        };
         self.shared.host_limiter.acquire().await;
         match write {
             HostWrite::Create(object) => {
@@ -877,7 +1078,7 @@ impl Worker {
                         &obj,
                     )
                     .await
-                    .map(|_| ())
+                    .map(written)
             }
             HostWrite::Apply(object) => {
                 let name = object["metadata"]["name"].as_str().unwrap_or_default();
@@ -888,7 +1089,7 @@ impl Worker {
                         &Patch::Apply(object),
                     )
                     .await
-                    .map(|_| ())
+                    .map(written)
             }
             HostWrite::Delete { name, uid } => {
                 let params = DeleteParams {
@@ -898,9 +1099,14 @@ impl Worker {
                     }),
                     ..DeleteParams::default()
                 };
+                let deleted = uid.clone().map(|uid| OwnWrite {
+                    uid,
+                    resource_version: None,
+                    at: Instant::now(),
+                });
                 match kind.host_api.delete(name, &params).await {
-                    Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-                    other => other.map(|_| ()),
+                    Err(kube::Error::Api(s)) if s.code == 404 => Ok(deleted),
+                    other => other.map(|_| deleted),
                 }
             }
         }
@@ -965,5 +1171,251 @@ impl Worker {
         }
         .instrument(span)
         .await
+    }
+
+    /// Brings the Endpoints the host's endpoints controller keeps for the host Service of a
+    /// tenant Service with a selector up into the tenant Endpoints of that Service (`current`),
+    /// addresses pointing at the tenant pods. Written by server-side apply only when the addresses
+    /// differ, and never once another field manager (the tenant's own endpoints controller) has
+    /// written the tenant Endpoints: that controller then keeps them, from the pod IPs that flow
+    /// up, and the two never take turns.
+    async fn endpoints_up(&self, key: &Key, current: Option<&DynamicObject>) {
+        let Some(service_kind) = self.service_kind else {
+            return;
+        };
+        let service_key = Key {
+            kind: service_kind,
+            ..key.clone()
+        };
+        let host_name = self.host_name_of(&service_key);
+        let services = &self.kinds[service_kind];
+        let ours = services
+            .host
+            .get(
+                &ObjectRef::new_with(&host_name, services.ar.clone())
+                    .within(&self.placement.host_namespace),
+            )
+            .and_then(|svc| self.key_of_host(service_kind, &svc))
+            == Some(service_key);
+        let Some(host_endpoints) = self.host_cached(key.kind, &host_name).filter(|_| ours) else {
+            return;
+        };
+        let subsets =
+            translate::endpoints_to_tenant(&host_endpoints, |pod| self.tenant_pod_ref(key, pod));
+        if let Some(current) = current.map(to_value) {
+            let unchanged = current.get("subsets").unwrap_or(&json!([])) == &subsets;
+            if unchanged || reconcile::written_by_another_manager(&current, FIELD_MANAGER) {
+                return;
+            }
+        }
+        let kind = &self.kinds[key.kind];
+        self.tenant_limiter.acquire().await;
+        let api = Api::<DynamicObject>::namespaced_with(
+            self.tenant_client.clone(),
+            &key.namespace,
+            &kind.ar,
+        );
+        let endpoints = json!({
+            "apiVersion": "v1",
+            "kind": "Endpoints",
+            "metadata": {"name": key.name, "namespace": key.namespace},
+            "subsets": subsets,
+        });
+        if let Err(e) = api
+            .patch(
+                &key.name,
+                &PatchParams::apply(FIELD_MANAGER).force(),
+                &Patch::Apply(&endpoints),
+            )
+            .await
+        {
+            tracing::debug!(error = %e, "endpoints up-sync failed; the next host event retries");
+        }
+    }
+
+    /// The tenant `targetRef` of a host Pod of this tenant whose source is in the namespace of
+    /// `key` (an Endpoints key), or `None`.
+    fn tenant_pod_ref(&self, key: &Key, host_pod: &str) -> Option<Value> {
+        let pod_kind = self.pod_kind?;
+        let pods = &self.kinds[pod_kind];
+        let host = pods.host.get(
+            &ObjectRef::new_with(host_pod, pods.ar.clone()).within(&self.placement.host_namespace),
+        )?;
+        let source = self.key_of_host(pod_kind, &host)?;
+        if source.namespace != key.namespace {
+            return None;
+        }
+        let pod = pods
+            .tenant
+            .get(&ObjectRef::new_with(&source.name, pods.ar.clone()).within(&source.namespace))?;
+        Some(json!({
+            "kind": "Pod",
+            "namespace": source.namespace,
+            "name": source.name,
+            "uid": pod.uid(),
+        }))
+    }
+
+    /// Recreates the tenant Service `o` with the cluster IPs of its host Service `host` when they
+    /// differ (`translate::service_with_host_cluster_ips`): deleted with its uid and
+    /// resourceVersion as preconditions (a change made meanwhile wins, and is looked at again),
+    /// then created with the host's addresses. A tenant control plane that refuses them (an
+    /// address outside its service range) gets the Service back with an address of its own, and
+    /// it is not tried again for this Service.
+    async fn cluster_ips_up(&self, key: &Key, o: &TenantObject, host: &Value) {
+        if Some(key.kind) != self.service_kind
+            || self
+                .cluster_ips_refused
+                .lock()
+                .expect("refused lock")
+                .contains(key)
+        {
+            return;
+        }
+        let Some(recreated) = translate::service_with_host_cluster_ips(&o.object, host) else {
+            return;
+        };
+        let kind = &self.kinds[key.kind];
+        let api = Api::<DynamicObject>::namespaced_with(
+            self.tenant_client.clone(),
+            &o.identity.namespace,
+            &kind.ar,
+        );
+        let params = DeleteParams {
+            preconditions: Some(Preconditions {
+                uid: Some(o.identity.uid.clone()),
+                resource_version: o.resource_version.clone(),
+            }),
+            ..DeleteParams::default()
+        };
+        self.recreations.lock().expect("recreations lock").insert(
+            key.clone(),
+            Recreation {
+                from_uid: o.identity.uid.clone(),
+                to_uid: None,
+                at: Instant::now(),
+            },
+        );
+        self.tenant_limiter.acquire().await;
+        if let Err(e) = api.delete(&o.identity.name, &params).await {
+            self.recreations
+                .lock()
+                .expect("recreations lock")
+                .remove(key);
+            tracing::debug!(error = %e, "tenant Service not recreated; the next event retries");
+            return;
+        }
+        let post = PostParams {
+            dry_run: false,
+            field_manager: Some(FIELD_MANAGER.into()),
+        };
+        let host_ip = host.pointer("/spec/clusterIP").cloned();
+        let create = |object: Value| async {
+            let object: DynamicObject =
+                serde_json::from_value(object).map_err(kube::Error::SerdeError)?;
+            self.tenant_limiter.acquire().await;
+            api.create(&post, &object).await
+        };
+        let created = match create(recreated.clone()).await {
+            Ok(c) if c.data.pointer("/spec/clusterIP") == host_ip.as_ref() => Ok(c),
+            Ok(c) => Err((
+                c,
+                "the tenant control plane gave it another address".to_string(),
+            )),
+            Err(e) => {
+                let mut own = recreated;
+                for field in ["clusterIP", "clusterIPs", "ipFamilies"] {
+                    match o.object.pointer(&format!("/spec/{field}")) {
+                        Some(v) if field == "ipFamilies" => own["spec"][field] = v.clone(),
+                        _ => {
+                            if let Some(spec) = own["spec"].as_object_mut() {
+                                spec.remove(field);
+                            }
+                        }
+                    }
+                }
+                match create(own).await {
+                    Ok(c) => Err((c, e.to_string())),
+                    Err(again) => {
+                        tracing::error!(
+                            error = %again, refused = %e, tenant = %self.placement.tenant,
+                            namespace = %o.identity.namespace, service = %o.identity.name,
+                            "the tenant Service could not be created again after it was deleted \
+                             to carry the host's cluster IPs"
+                        );
+                        return;
+                    }
+                }
+            }
+        };
+        let new_uid = match created {
+            Ok(c) => c.uid(),
+            Err((c, why)) => {
+                tracing::warn!(
+                    tenant = %self.placement.tenant, namespace = %o.identity.namespace,
+                    service = %o.identity.name, reason = %why,
+                    "the tenant control plane refused the host Service's cluster IPs; the \
+                     tenant Service keeps an address of its own"
+                );
+                self.cluster_ips_refused
+                    .lock()
+                    .expect("refused lock")
+                    .insert(key.clone());
+                c.uid()
+            }
+        };
+        if let Some(r) = self
+            .recreations
+            .lock()
+            .expect("recreations lock")
+            .get_mut(key)
+        {
+            r.to_uid = new_uid;
+            r.at = Instant::now();
+        }
+    }
+}
+
+/// The source uid a host object's provenance names.
+fn source_uid_of(host: &Value) -> Option<&str> {
+    host.pointer("/metadata/labels")
+        .and_then(|l| l.get(provenance::SOURCE_UID))
+        .and_then(Value::as_str)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn host(uid: &str, rv: &str) -> Value {
+        json!({"metadata": {"name": "p-x-web", "uid": uid, "resourceVersion": rv}})
+    }
+
+    #[test]
+    fn a_host_store_that_lags_this_syncers_writes_is_behind() {
+        let created = OwnWrite {
+            uid: "h1".into(),
+            resource_version: Some("12".into()),
+            at: Instant::now(),
+        };
+        // The create is not in the store yet: it would look like there is nothing to update.
+        assert!(!created.shown_by(None));
+        assert!(
+            !created.shown_by(Some(&host("h0", "15"))),
+            "an older object"
+        );
+        assert!(!created.shown_by(Some(&host("h1", "11"))));
+        assert!(created.shown_by(Some(&host("h1", "12"))));
+        assert!(created.shown_by(Some(&host("h1", "40"))), "a later change");
+
+        let deleted = OwnWrite {
+            uid: "h1".into(),
+            resource_version: None,
+            at: Instant::now(),
+        };
+        // The deleted object still in the store would be deleted (and recorded) twice.
+        assert!(!deleted.shown_by(Some(&host("h1", "12"))));
+        assert!(deleted.shown_by(None));
+        assert!(deleted.shown_by(Some(&host("h2", "13"))), "a new object");
     }
 }
