@@ -981,3 +981,306 @@ async fn a_custom_resource_named_by_a_policy_rule_is_synced() {
     let ev = tenant_event(&env, &ns, "w1", "WidgetsAllowed").await;
     assert_eq!(ev["type"], "Normal");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_service_shows_the_host_cluster_ip_and_the_host_endpoints() {
+    let env = Env::start().await.unwrap();
+    if env.is_real() {
+        eprintln!("skipped on real clusters: this test plays the host's endpoints controller");
+        return;
+    }
+    let t = env.create_tenant("svc", None).await.unwrap();
+    let ns = env.tenant_namespace("shop").await.unwrap();
+    let (c, h) = (&env.tenant_cp.client, &env.host.client);
+    let host_ns = format!("tenant-{t}");
+    // Another Service on the host first, so the two servers' addresses differ.
+    create(
+        h,
+        json!({"apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": "elsewhere", "namespace": "tenantplane-system"},
+        "spec": {"ports": [{"port": 1}]}}),
+    )
+    .await
+    .unwrap();
+    create(
+        c,
+        json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "web", "namespace": ns, "labels": {"app": "web"}},
+        "spec": {"containers": [{"name": "app", "image": "nginx"}]}}),
+    )
+    .await
+    .unwrap();
+    let tenant_svc = create(
+        c,
+        json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web", "namespace": ns},
+        "spec": {"selector": {"app": "web"}, "ports": [{"port": 80}]}}),
+    )
+    .await
+    .unwrap();
+    let host_name = format!("web-x-{ns}");
+    let host_pod = host_object(&env, &t, "v1", "Pod", &host_name, |_| true).await;
+    let host_svc = host_object(&env, &t, "v1", "Service", &host_name, |_| true).await;
+    let host_ip = host_svc["spec"]["clusterIP"].as_str().unwrap().to_string();
+    assert_ne!(tenant_svc["spec"]["clusterIP"], json!(host_ip));
+
+    // The tenant Service is recreated with the host's address; the host Service stays.
+    let recreated = eventually("the tenant Service to carry the host clusterIP", || async {
+        get(c, "v1", "Service", Some(&ns), "web")
+            .await
+            .filter(|s| s["spec"]["clusterIP"] == json!(host_ip))
+    })
+    .await;
+    assert_eq!(recreated["spec"]["clusterIPs"], json!([host_ip]));
+    assert_eq!(recreated["spec"]["selector"], json!({"app": "web"}));
+    let adopted = host_object(&env, &t, "v1", "Service", &host_name, |s| {
+        s["metadata"]["labels"]["tenantplane.io/source-uid"] == recreated["metadata"]["uid"]
+    })
+    .await;
+    assert_eq!(
+        adopted["metadata"]["uid"], host_svc["metadata"]["uid"],
+        "the host Service is kept, not recreated"
+    );
+    assert_eq!(adopted["spec"]["clusterIP"], json!(host_ip));
+
+    // The host's kubelet, load balancer and endpoints controllers, played by the test. The host
+    // Endpoints also name a host-only pod, which must not reach the tenant.
+    merge_status(
+        h,
+        "v1",
+        "Pod",
+        Some(&host_ns),
+        &host_name,
+        json!({"status": {"phase": "Running", "podIP": "10.244.2.8"}}),
+    )
+    .await
+    .unwrap();
+    merge_status(
+        h,
+        "v1",
+        "Service",
+        Some(&host_ns),
+        &host_name,
+        json!({"status": {"loadBalancer": {"ingress": [{"ip": "203.0.113.9"}]}}}),
+    )
+    .await
+    .unwrap();
+    create(
+        h,
+        json!({"apiVersion": "v1", "kind": "Endpoints",
+        "metadata": {"name": host_name, "namespace": host_ns},
+        "subsets": [{"addresses": [
+            {"ip": "10.244.2.8", "nodeName": "host-node-3",
+             "targetRef": {"kind": "Pod", "namespace": host_ns, "name": host_name,
+                           "uid": host_pod["metadata"]["uid"]}},
+            {"ip": "10.244.2.99",
+             "targetRef": {"kind": "Pod", "namespace": host_ns, "name": "host-only"}}],
+          "ports": [{"port": 80, "protocol": "TCP"}]}]}),
+    )
+    .await
+    .unwrap();
+    let tenant_pod = get(c, "v1", "Pod", Some(&ns), "web").await.unwrap();
+    let endpoints = eventually("the tenant Endpoints to list the host pod IP", || async {
+        get(c, "v1", "Endpoints", Some(&ns), "web")
+            .await
+            .filter(|e| e["subsets"][0]["addresses"][0]["ip"] == "10.244.2.8")
+    })
+    .await;
+    assert_eq!(
+        endpoints["subsets"],
+        json!([{"addresses": [{"ip": "10.244.2.8", "targetRef": {"kind": "Pod",
+            "namespace": ns, "name": "web", "uid": tenant_pod["metadata"]["uid"]}}],
+            "ports": [{"port": 80, "protocol": "TCP"}]}])
+    );
+    eventually("the tenant Service's load balancer ingress", || async {
+        let s = get(c, "v1", "Service", Some(&ns), "web").await?;
+        (s["status"]["loadBalancer"]["ingress"][0]["ip"] == "203.0.113.9"
+            && s["spec"]["clusterIP"] == json!(host_ip))
+        .then_some(())
+    })
+    .await;
+
+    // A tenant endpoints controller (k3s runs one) that writes the Endpoints keeps them: the
+    // syncer does not write over it, whatever the host says next.
+    let tenant_endpoints = kube::Api::<kube::api::DynamicObject>::namespaced_with(
+        c.clone(),
+        &ns,
+        &tenantplane_e2e::resource("v1", "Endpoints"),
+    );
+    let theirs = json!({"subsets": [{"addresses": [{"ip": "10.244.2.8"}],
+        "ports": [{"port": 80, "protocol": "TCP"}]}]});
+    tenant_endpoints
+        .patch(
+            "web",
+            &kube::api::PatchParams {
+                field_manager: Some("endpoint-controller".into()),
+                ..Default::default()
+            },
+            &kube::api::Patch::Merge(&theirs),
+        )
+        .await
+        .unwrap();
+    merge(
+        h,
+        "v1",
+        "Endpoints",
+        Some(&host_ns),
+        &host_name,
+        json!({"subsets": [{"addresses": [{"ip": "10.244.2.8", "targetRef": {"kind": "Pod",
+            "namespace": host_ns, "name": host_name}}], "ports": [{"port": 81}]}]}),
+    )
+    .await
+    .unwrap();
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    let kept = get(c, "v1", "Endpoints", Some(&ns), "web").await.unwrap();
+    assert_eq!(kept["subsets"], theirs["subsets"]);
+}
+
+/// A proxy to a local API server that holds back what watch responses send by `lag`, so that a
+/// client's watch stores lag its own writes, as under load. Returns the proxy's URL.
+async fn lagging_watch_proxy(upstream: String, lag: std::time::Duration) -> String {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let upstream = upstream.trim_start_matches("http://").to_string();
+    tokio::spawn(async move {
+        while let Ok((client, _)) = listener.accept().await {
+            let upstream = upstream.clone();
+            tokio::spawn(async move {
+                let Ok(server) = tokio::net::TcpStream::connect(&upstream).await else {
+                    return;
+                };
+                let (mut client_read, mut client_write) = client.into_split();
+                let (mut server_read, mut server_write) = server.into_split();
+                // A connection that carried a watch request carries nothing else until it ends.
+                let watching = Arc::new(AtomicBool::new(false));
+                let seen = watching.clone();
+                tokio::spawn(async move {
+                    let mut buf = vec![0u8; 16 * 1024];
+                    while let Ok(n @ 1..) = client_read.read(&mut buf).await {
+                        if buf[..n].windows(10).any(|w| w == b"watch=true") {
+                            seen.store(true, Ordering::SeqCst);
+                        }
+                        if server_write.write_all(&buf[..n]).await.is_err() {
+                            return;
+                        }
+                    }
+                });
+                let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+                tokio::spawn(async move {
+                    let mut buf = vec![0u8; 16 * 1024];
+                    while let Ok(n @ 1..) = server_read.read(&mut buf).await {
+                        let delay = watching.load(Ordering::SeqCst).then_some(lag);
+                        let due = tokio::time::Instant::now() + delay.unwrap_or_default();
+                        if tx.send((due, buf[..n].to_vec())).is_err() {
+                            return;
+                        }
+                    }
+                });
+                while let Some((due, bytes)) = rx.recv().await {
+                    tokio::time::sleep_until(due).await;
+                    if client_write.write_all(&bytes).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    url
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lagging_host_watch_leads_to_exactly_one_create_and_one_delete_decision() {
+    let path = std::env::temp_dir().join(format!(
+        "tenantplane-e2e-lag-{}-{}.sqlite",
+        std::process::id(),
+        uuid_suffix()
+    ));
+    let url = format!("sqlite:{}", path.display());
+    let mut env = Env::start_with_log(Some(url.clone())).await.unwrap();
+    let Some(server) = &env.host.server else {
+        eprintln!("skipped on real clusters: this test puts a lagging proxy before the host");
+        return;
+    };
+    // The syncer's host watches lag a second behind its own writes.
+    let lag = std::time::Duration::from_secs(1);
+    let proxy = lagging_watch_proxy(server.url(), lag).await;
+    let mut config = env.syncer_config().await.unwrap();
+    config.host_kubeconfig = Some(env.host.kubeconfig.replace(&server.url(), &proxy));
+    env.stop_syncer().await;
+    let syncer = tokio::spawn(tenantplane_syncer::run(config));
+
+    let t = env.create_tenant("lag", None).await.unwrap();
+    let ns = env.tenant_namespace("web").await.unwrap();
+    let c = &env.tenant_cp.client;
+    create(
+        c,
+        pod(
+            &ns,
+            "web",
+            json!({"containers": [{"name": "app", "image": "nginx"}]}),
+        ),
+    )
+    .await
+    .unwrap();
+    let host_name = format!("web-x-{ns}");
+    host_object(&env, &t, "v1", "Pod", &host_name, |_| true).await;
+    // Changed while the syncer's host store does not show the host pod yet.
+    merge(
+        c,
+        "v1",
+        "Pod",
+        Some(&ns),
+        "web",
+        json!({"metadata": {"labels": {"tier": "front"}}}),
+    )
+    .await
+    .unwrap();
+    host_object(&env, &t, "v1", "Pod", &host_name, |p| {
+        p["metadata"]["labels"]["tier"] == "front"
+    })
+    .await;
+    delete(c, "v1", "Pod", Some(&ns), "web").await.unwrap();
+    host_object_gone(&env, &t, "v1", "Pod", &host_name).await;
+    // Every lagging echo of the syncer's own writes arrives and is looked at.
+    tokio::time::sleep(lag * 3).await;
+    syncer.abort();
+
+    let store = tenantplane_decision_log::open(&url).await.unwrap();
+    let filter = tenantplane_decision_log::Filter {
+        tenant: Some(t.clone()),
+        subject: tenantplane_decision_log::ObjectFilter::parse(&format!("Pod/{ns}/web")),
+        ..Default::default()
+    };
+    let page = store
+        .query(tenantplane_decision_log::Query::new(filter, 100))
+        .await
+        .unwrap();
+    let decisions: Vec<(String, String, String)> = page
+        .entries
+        .iter()
+        .map(|e| {
+            let d = &e.decision;
+            (
+                d.outcome.as_str().to_string(),
+                d.action.as_str().to_string(),
+                d.reason.clone(),
+            )
+        })
+        .collect();
+    let count = |outcome: &str, action: &str| {
+        decisions
+            .iter()
+            .filter(|(o, a, _)| o == outcome && a == action)
+            .count()
+    };
+    assert_eq!(count("Synced", "create"), 1, "{decisions:?}");
+    assert_eq!(count("Synced", "update"), 1, "{decisions:?}");
+    assert_eq!(count("Deleted", "delete"), 1, "{decisions:?}");
+    assert!(
+        decisions.iter().all(|(o, _, _)| o != "Failed"),
+        "{decisions:?}"
+    );
+    let _ = std::fs::remove_file(&path);
+}

@@ -222,14 +222,15 @@ fn with_decision_id(mut object: Value, id: &str) -> Value {
 
 /// Reconciles a tenant object that no longer exists: its host object is deleted when the host
 /// object's provenance names exactly this source in this tenant; otherwise nothing happens and
-/// no decision is taken (`None`).
+/// no decision is taken (`None`). A host object already being deleted (a Pod's grace period, a
+/// finalizer) needs no second decision.
 pub fn reconcile_absent(
     tenant: &TenantPlacement,
     source: &SourceIdentity,
     host: Option<&Value>,
     stamp: Stamp,
 ) -> Option<Step> {
-    let host = host?;
+    let host = host.filter(|h| h.pointer("/metadata/deletionTimestamp").is_none())?;
     let meta = host_meta(host)?;
     let theirs = mapping::provenance(&meta.labels, &meta.annotations).ok()?;
     let same = theirs.tenant == tenant.tenant
@@ -556,6 +557,13 @@ mod tests {
         assert_eq!(
             reconcile_absent(&tenant(), &o.identity, Some(&foreign), stamp()),
             None
+        );
+        let mut terminating = host.clone();
+        terminating["metadata"]["deletionTimestamp"] = json!("2026-11-29T23:00:00Z");
+        assert_eq!(
+            reconcile_absent(&tenant(), &o.identity, Some(&terminating), stamp()),
+            None,
+            "a host object already being deleted is not deleted (and recorded) again"
         );
     }
 
