@@ -6,8 +6,9 @@
 //! Every decision in the durable log has exactly one `tenantplane.sync.decision` span, whose ids
 //! the decision records, with its attributes; the planner's span of each object is a child of
 //! that object's decision span; the host write is a child too; the isolation compiler's server
-//! span is a child of the syncer's isolation span; a second decision about an object links to
-//! the first's span.
+//! span is a child of the decision span of the Tenant's isolation compilation, whose compiled
+//! objects are decisions in child spans; a second decision about an object links to the first's
+//! span.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -22,7 +23,7 @@ use opentelemetry_proto::tonic::collector::trace::v1::{
 use opentelemetry_proto::tonic::common::v1::any_value::Value as AnyValue;
 use opentelemetry_proto::tonic::trace::v1::Span;
 use serde_json::{Value, json};
-use tenantplane_core::decision::Outcome;
+use tenantplane_core::decision::{HostAction, Outcome};
 use tenantplane_decision_log::{Entry, Filter, Query};
 use tenantplane_e2e::{Env, create, eventually, get, merge};
 use tenantplane_service::{GrpcApi, Server};
@@ -322,7 +323,7 @@ async fn each_decision_is_one_span_with_the_planner_compiler_and_host_calls_as_c
             );
             planned_children += 1;
         }
-        if d.outcome == Outcome::Synced {
+        if d.action != HostAction::None {
             assert!(
                 children.iter().any(|c| c.name == "tenantplane.host.write"),
                 "the host write of {} is a child of its decision span",
@@ -360,18 +361,54 @@ async fn each_decision_is_one_span_with_the_planner_compiler_and_host_calls_as_c
                 .get(&hex(&s.parent_span_id))
                 .is_some_and(|p| p.name == "tenantplane.sync.plan_batch")
     }));
-    // Isolation: the compiler's server span is a child of the Tenant's isolation span.
-    let isolation_span = spans
+    // Isolation: the compilation is a decision about the IsolationProfile, the compiler's server
+    // span its child; each compiled object applied is a decision of its own (with the profile
+    // fields that produced it) in a child span, its server-side apply a child of that.
+    let isolation: Vec<&Entry> = decisions
         .iter()
-        .find(|s| {
-            s.name == "tenantplane.sync.isolation"
-                && attribute(s, "tenantplane.tenant").as_deref() == Some(t.as_str())
-        })
-        .expect("the isolation span");
-    assert!(spans.iter().any(
-        |s| s.name == "tenantplane.isolation.v1.IsolationCompiler/Compile"
-            && s.parent_span_id == isolation_span.span_id
-            && s.trace_id == isolation_span.trace_id
-    ));
+        .filter(|e| e.decision.subject.kind == "IsolationProfile")
+        .collect();
+    let compilation = isolation
+        .iter()
+        .find(|e| e.decision.target.is_none())
+        .expect("the compilation is recorded");
+    let compile_span = by_id[compilation.decision.span_id.as_deref().unwrap()];
+    assert_eq!(
+        attribute(compile_span, "tenantplane.profile.name").as_deref(),
+        Some(profile.as_str())
+    );
+    assert!(
+        spans.iter().any(
+            |s| s.name == "tenantplane.isolation.v1.IsolationCompiler/Compile"
+                && s.parent_span_id == compile_span.span_id
+                && s.trace_id == compile_span.trace_id
+        ),
+        "the compiler's server span is a child of the compilation's decision span"
+    );
+    let objects: Vec<&&Entry> = isolation
+        .iter()
+        .filter(|e| e.decision.target.is_some())
+        .collect();
+    assert!(
+        objects.len() >= 3,
+        "the namespace, network policies, quota... are each a decision: {objects:?}"
+    );
+    for entry in objects {
+        let d = &entry.decision;
+        let profile_ref = d.profile.as_ref().expect("the profile that produced it");
+        assert_eq!(profile_ref.name, profile);
+        assert!(!profile_ref.field_path.is_empty(), "{d:?}");
+        assert_eq!(d.outcome, Outcome::Synced);
+        let span = by_id[d.span_id.as_deref().unwrap()];
+        assert_eq!(
+            span.parent_span_id, compile_span.span_id,
+            "the decision span of {:?} is a child of the compilation's",
+            d.target
+        );
+        assert_eq!(
+            attribute(span, "tenantplane.profile.field").as_deref(),
+            Some(profile_ref.field_path.as_str())
+        );
+    }
     let _ = std::fs::remove_file(&log_path);
 }

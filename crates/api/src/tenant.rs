@@ -94,7 +94,7 @@ pub struct TenantStatus {
     /// The host namespace in effect (the default resolved).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host_namespace: Option<String>,
-    /// Decisions recorded for this tenant, by outcome.
+    /// Decisions recorded for this tenant, by outcome, over the Tenant's life (a restarted syncer continues from these counts).
     #[serde(default)]
     pub counts: DecisionCounts,
     /// The most recent decision.
@@ -102,7 +102,9 @@ pub struct TenantStatus {
     pub last_decision: Option<DecisionSummary>,
 }
 
-/// Number of decisions per outcome since the syncer started serving the tenant.
+/// Number of decisions per outcome recorded for the tenant. The syncer writes them at most once
+/// per status interval and, when it starts serving the tenant, continues from what the status
+/// shows: decisions recorded in the last interval before a crash can be missing.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
 #[serde(rename_all = "camelCase")]
 pub struct DecisionCounts {

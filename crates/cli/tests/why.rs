@@ -1,5 +1,5 @@
-//! `tenantplane why` on host objects the log cannot account for, on compiled isolation objects,
-//! and on bad input, against a local API server and an empty decision log. (The full chain, from
+//! `tenantplane why` on host objects the log cannot account for, on compiled isolation objects
+//! (down to the decision that applied them), and on bad input, against a local API server and an empty decision log. (The full chain, from
 //! a synced object to its decisions, is exercised by the `up` test.)
 
 use std::path::Path;
@@ -121,8 +121,31 @@ async fn a_decision_id_the_log_lacks_is_a_problem() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_compiled_isolation_object_traces_to_its_profile_fields() {
+async fn a_compiled_isolation_object_traces_to_its_profile_fields_and_the_decision_that_applied_it()
+{
     let world = World::start().await;
+    let id = "019ad5e2-7c10-7a3e-9f51-3b0c2f1e8a45";
+    // What the syncer records when it applies a compiled object (crates/syncer/src/isolation.rs).
+    let decision: tenantplane_core::decision::Decision = serde_json::from_value(json!({
+        "id": id, "time": "2026-11-29T23:00:00Z", "tenant": "acme",
+        "subject": {"apiVersion": "tenantplane.io/v1alpha1", "kind": "IsolationProfile",
+                    "namespace": "", "name": "acme-isolation"},
+        "target": {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+                   "namespace": "default", "name": "tenantplane-default-deny"},
+        "outcome": "Synced", "action": "Create",
+        "profile": {"name": "acme-isolation", "generation": 3,
+                    "fieldPath": "spec.level,spec.network.ingress"},
+        "reason": "CompiledFromProfile", "message": "deny all traffic not allowed below",
+        "inputDigest": "sha256:00", "mappingVersion": "v1",
+        "component": "tenantplane-syncer", "componentVersion": "0.1.0",
+    }))
+    .unwrap();
+    let log = tenantplane_decision_log::open(
+        &world.dir.path().join("decisions.db").display().to_string(),
+    )
+    .await
+    .unwrap();
+    log.append_batch(vec![decision]).await.unwrap();
     world
         .create::<NetworkPolicy>(json!({
             "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
@@ -134,6 +157,7 @@ async fn a_compiled_isolation_object_traces_to_its_profile_fields() {
                     "tenantplane.io/isolation-profile-generation": "3",
                     "tenantplane.io/isolation-level": "restricted",
                     "tenantplane.io/isolation-field": "spec.level,spec.network.ingress",
+                    "tenantplane.io/decision-id": id,
                 },
             },
             "spec": {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]},
@@ -146,6 +170,17 @@ async fn a_compiled_isolation_object_traces_to_its_profile_fields() {
         "{out}"
     );
     assert!(out.contains("spec.level, spec.network.ingress"), "{out}");
+    assert!(
+        out.contains(&format!("Created by      decision {id}")),
+        "{out}"
+    );
+    assert!(
+        out.contains(
+            "IsolationProfile acme-isolation generation 3, field spec.level,spec.network.ingress"
+        ),
+        "the decision names the profile and fields: {out}"
+    );
+    assert!(out.contains("CompiledFromProfile"), "{out}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

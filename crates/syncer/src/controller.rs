@@ -27,7 +27,8 @@ use tokio::sync::Mutex;
 use tracing::Instrument as _;
 
 use crate::isolation::{self, IsolationService};
-use crate::record::{TenantLedger, flush_loop};
+use crate::record::{DecisionRecorder, TenantLedger, flush_loop};
+use crate::shard::Shard;
 use crate::tenant::{self, Shared, TenantRuntime};
 
 /// Finalizer on every Tenant the syncer serves.
@@ -67,8 +68,19 @@ pub struct Context {
     pub resync: Duration,
     /// How often a Tenant's status is written at most.
     pub status_interval: Duration,
+    /// This replica's share of the Tenants, when several replicas split them.
+    pub shard: Option<Arc<Shard>>,
     running: Mutex<HashMap<String, Running>>,
-    ledgers: Mutex<HashMap<String, (TenantLedger, tokio::task::JoinHandle<()>)>>,
+    books: Mutex<HashMap<String, Books>>,
+}
+
+/// What is recorded about one Tenant outside its tenant runtime: the ledger (flushed to its
+/// status by `flusher`) and the recorder of its isolation decisions.
+#[derive(Debug)]
+struct Books {
+    ledger: TenantLedger,
+    isolation: DecisionRecorder,
+    flusher: tokio::task::JoinHandle<()>,
 }
 
 impl Context {
@@ -78,14 +90,16 @@ impl Context {
         isolation: Arc<dyn IsolationService>,
         resync: Duration,
         status_interval: Duration,
+        shard: Option<Arc<Shard>>,
     ) -> Arc<Self> {
         Arc::new(Context {
             shared,
             isolation,
             resync,
             status_interval,
+            shard,
             running: Mutex::new(HashMap::new()),
-            ledgers: Mutex::new(HashMap::new()),
+            books: Mutex::new(HashMap::new()),
         })
     }
 
@@ -98,13 +112,54 @@ impl Context {
             .all(|r| *r.runtime.ready.borrow())
     }
 
-    async fn ledger(&self, tenant: &Tenant) -> TenantLedger {
-        let mut ledgers = self.ledgers.lock().await;
-        let name = tenant.name().to_string();
-        if let Some((l, _)) = ledgers.get(&name) {
-            return l.clone();
+    /// Whether this replica serves the Tenant `name` (always, unless sharded); `running`: it
+    /// already does.
+    fn serves(&self, name: &str, running: bool) -> bool {
+        self.shard
+            .as_ref()
+            .is_none_or(|shard| shard.serves(name, running))
+    }
+
+    /// Stops serving the Tenant `name`: its runtime and the writing of its status.
+    async fn stop_serving(&self, name: &str) {
+        let stopped = self.running.lock().await.remove(name).is_some();
+        if let Some(books) = self.books.lock().await.remove(name) {
+            books.flusher.abort();
         }
-        let ledger = TenantLedger::default();
+        self.shared.metrics.serving(name, false);
+        if stopped {
+            tracing::info!(tenant = %name, "tenant runtime stopped");
+        }
+    }
+
+    /// Stops the runtimes of the Tenants this replica no longer serves.
+    async fn stop_unserved(&self) {
+        let names: Vec<String> = self.running.lock().await.keys().cloned().collect();
+        for name in names {
+            if !self.serves(&name, true) {
+                self.stop_serving(&name).await;
+            }
+        }
+    }
+
+    /// Stops every tenant runtime and status writer (shutdown).
+    pub async fn stop_all(&self) {
+        let names: Vec<String> = self.books.lock().await.keys().cloned().collect();
+        for name in names {
+            self.stop_serving(&name).await;
+        }
+        self.running.lock().await.clear();
+    }
+
+    /// The Tenant's ledger and isolation recorder, started on first use. The ledger continues
+    /// from the counts the Tenant's status already shows (see [`TenantLedger::continuing`]).
+    async fn books(&self, tenant: &Tenant) -> (TenantLedger, DecisionRecorder) {
+        let mut books = self.books.lock().await;
+        let name = tenant.name().to_string();
+        if let Some(b) = books.get(&name) {
+            return (b.ledger.clone(), b.isolation.clone());
+        }
+        let ledger = TenantLedger::continuing(tenant.status.as_ref());
         let flusher = tokio::spawn(flush_loop(
             self.shared.host.clone(),
             name.clone(),
@@ -112,23 +167,57 @@ impl Context {
             ledger.clone(),
             self.status_interval,
         ));
-        ledgers.insert(name, (ledger.clone(), flusher));
-        ledger
+        let isolation = DecisionRecorder::host_side(
+            ledger.clone(),
+            self.shared.log.clone(),
+            self.shared.metrics.clone(),
+        );
+        books.insert(
+            name,
+            Books {
+                ledger: ledger.clone(),
+                isolation: isolation.clone(),
+                flusher,
+            },
+        );
+        (ledger, isolation)
     }
 }
 
 impl Drop for Context {
     fn drop(&mut self) {
-        if let Ok(ledgers) = self.ledgers.try_lock() {
-            for (_, f) in ledgers.values() {
-                f.abort();
+        if let Ok(books) = self.books.try_lock() {
+            for b in books.values() {
+                b.flusher.abort();
             }
         }
     }
 }
 
-/// Runs the Tenant controller until the stream ends (shutdown).
+/// Runs the Tenant controller until the stream ends (shutdown), and, when sharded, the
+/// membership rounds beside it (stopping the runtimes of Tenants this replica loses).
 pub async fn run(ctx: Arc<Context>) {
+    let Some(shard) = ctx.shard.clone() else {
+        return run_controller(ctx).await;
+    };
+    let rounds = {
+        let ctx = ctx.clone();
+        async move {
+            loop {
+                shard.round().await;
+                ctx.shared.metrics.shard_members(shard.members().len());
+                ctx.stop_unserved().await;
+                tokio::time::sleep(shard.renew_interval()).await;
+            }
+        }
+    };
+    tokio::select! {
+        () = run_controller(ctx) => {}
+        () = rounds => {}
+    }
+}
+
+async fn run_controller(ctx: Arc<Context>) {
     let host = ctx.shared.host.clone();
     let tenants: Api<Tenant> = Api::all(host.clone());
     let controller = Controller::new(tenants, watcher::Config::default());
@@ -177,6 +266,17 @@ fn error_policy(tenant: Arc<Tenant>, error: &Error, _ctx: Arc<Context>) -> Actio
 }
 
 async fn reconcile(tenant: Arc<Tenant>, ctx: Arc<Context>) -> Result<Action, Error> {
+    if let Some(shard) = &ctx.shard {
+        let name = tenant.name_any();
+        let running = ctx.running.lock().await.contains_key(&name);
+        if !shard.serves(&name, running) {
+            // Another replica's, or not yet ours for a whole lease duration: look again soon.
+            if running {
+                ctx.stop_serving(&name).await;
+            }
+            return Ok(Action::requeue(shard.renew_interval()));
+        }
+    }
     let api: Api<Tenant> = Api::all(ctx.shared.host.clone());
     let finalizers = tenant.finalizers().to_vec();
     let ours = finalizers.iter().any(|f| f == FINALIZER);
@@ -220,11 +320,11 @@ async fn apply(tenant: &Tenant, ctx: &Context) -> Result<Action, Error> {
     let host = &ctx.shared.host;
     let name = tenant.name().to_string();
     let host_ns = tenant.host_namespace();
-    let ledger = ctx.ledger(tenant).await;
+    let (ledger, isolation_recorder) = ctx.books(tenant).await;
     ledger.observe(tenant.metadata.generation, &host_ns);
 
     ensure_namespace(host, tenant, &host_ns).await?;
-    apply_isolation(tenant, ctx, &ledger, &host_ns).await?;
+    apply_isolation(tenant, ctx, &ledger, &isolation_recorder, &host_ns).await?;
 
     // The SyncPolicy: the referenced one, or the built-in default.
     let (policy_text, policy_version, compiled) = match &tenant.spec.sync_policy_ref {
@@ -295,6 +395,10 @@ async fn apply(tenant: &Tenant, ctx: &Context) -> Result<Action, Error> {
     }
     let fingerprint = hex::encode(h.finalize());
     let mut running = ctx.running.lock().await;
+    if !ctx.serves(&name, running.contains_key(&name)) {
+        // Lost to another replica while this reconcile ran: the rounds stop what runs.
+        return Ok(Action::requeue(ctx.resync));
+    }
     if running.get(&name).map(|r| r.fingerprint.as_str()) != Some(fingerprint.as_str()) {
         running.remove(&name);
         let runtime = tenant::start(
@@ -307,6 +411,7 @@ async fn apply(tenant: &Tenant, ctx: &Context) -> Result<Action, Error> {
         )
         .await?;
         tracing::info!(tenant = %name, kinds = ?runtime.kinds, "tenant runtime started");
+        ctx.shared.metrics.serving(&name, true);
         running.insert(
             name,
             Running {
@@ -342,6 +447,7 @@ async fn apply_isolation(
     tenant: &Tenant,
     ctx: &Context,
     ledger: &TenantLedger,
+    recorder: &DecisionRecorder,
     host_ns: &str,
 ) -> anyhow::Result<()> {
     let host = &ctx.shared.host;
@@ -369,24 +475,20 @@ async fn apply_isolation(
             anyhow::bail!("IsolationProfile {profile_name} does not exist");
         }
     };
-    let span = tracing::info_span!(
-        parent: None,
-        "tenantplane.sync.isolation",
-        tenantplane.tenant = %tenant.name(),
-        tenantplane.profile.name = %profile_name,
-        tenantplane.host.namespace = %host_ns,
-    );
-    compile_and_apply(tenant, ctx, ledger, host_ns, &profile)
+    let span = crate::trace::isolation_span(tenant.name(), profile_name);
+    compile_and_apply(tenant, ctx, ledger, recorder, host_ns, &profile)
         .instrument(span)
         .await
 }
 
 /// Compiles the Tenant's IsolationProfile and applies it, in the span of
-/// [`apply_isolation`]: the compiler's server span is its child.
+/// [`apply_isolation`]: the compiler's server span is its child, and it becomes the decision span
+/// of the compilation when anything is written (see [`isolation::apply`]).
 async fn compile_and_apply(
     tenant: &Tenant,
     ctx: &Context,
     ledger: &TenantLedger,
+    recorder: &DecisionRecorder,
     host_ns: &str,
     profile: &IsolationProfile,
 ) -> anyhow::Result<()> {
@@ -401,15 +503,16 @@ async fn compile_and_apply(
             anyhow::bail!("compiling IsolationProfile {profile_name}: {e}");
         }
     };
-    match isolation::apply(host, host_ns, &compiled).await {
-        Ok((applied, pruned)) => {
+    let source = isolation::Source::new(tenant, profile)?;
+    match isolation::apply(host, recorder, &source, &compiled, &previous).await {
+        Ok(done) => {
             ledger.set_condition(
                 conditions::ISOLATION_APPLIED,
                 true,
                 "Applied",
                 &format!(
-                    "IsolationProfile {profile_name} (generation {}): {applied} objects applied, {pruned} pruned",
-                    profile.metadata.generation.unwrap_or_default()
+                    "IsolationProfile {profile_name} (generation {}): {} objects applied, {} pruned, {} unchanged",
+                    source.generation, done.applied, done.pruned, done.unchanged
                 ),
             );
             Ok(())
@@ -461,10 +564,7 @@ pub async fn connect(kubeconfig: &str, context: Option<&str>) -> anyhow::Result<
 async fn cleanup(tenant: &Tenant, ctx: &Context) -> Result<Action, Error> {
     let name = tenant.name().to_string();
     let host_ns = tenant.host_namespace();
-    ctx.running.lock().await.remove(&name);
-    if let Some((_, flusher)) = ctx.ledgers.lock().await.remove(&name) {
-        flusher.abort();
-    }
+    ctx.stop_serving(&name).await;
     let host = &ctx.shared.host;
     let selector = format!(
         "{}=true,{}={}",

@@ -1,22 +1,32 @@
 //! Isolation: compile the Tenant's IsolationProfile (the isolation-compiler service, or the same
 //! library in-process), apply the compiled objects to the host, prune what is no longer compiled,
 //! and remember what was applied on the host namespace so that a restarted syncer prunes too.
+//! Every object applied or pruned is a recorded decision ([`apply`]).
 
 use std::collections::HashMap;
+use std::time::Instant;
 
 use anyhow::Context as _;
 use futures::future::BoxFuture;
-use kube::Client;
-use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, Preconditions};
 use kube::core::{ApiResource, GroupVersionKind};
 use kube::discovery::{self, Scope};
+use kube::{Client, ResourceExt as _};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
-use tenantplane_api::{IsolationProfile, Tenant};
+use tenantplane_api::{IsolationProfile, Tenant, provenance};
 use tenantplane_client::{ClientConfig, ClientError};
+use tenantplane_core::MAPPING_VERSION;
+use tenantplane_core::decision::{
+    Decision, HostAction, HostTarget, Outcome, ProfileRef, Stamp, Subject,
+};
+use tenantplane_core::translate::{DESIRED_DIGEST, digest};
+use tracing::Instrument as _;
 
 use crate::metrics::SyncMetrics;
+use crate::record::{COMPONENT, DecisionRecorder};
 use crate::tenant::FIELD_MANAGER;
+use crate::trace;
 
 /// Annotation on the host namespace: the isolation objects last applied (JSON list of refs).
 pub const APPLIED_ANNOTATION: &str = "tenantplane.io/isolation-applied";
@@ -34,6 +44,16 @@ pub struct IsolationRef {
     pub namespace: Option<String>,
     /// Name.
     pub name: String,
+}
+
+impl std::fmt::Display for IsolationRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/", self.kind)?;
+        if let Some(ns) = &self.namespace {
+            write!(f, "{ns}/")?;
+        }
+        f.write_str(&self.name)
+    }
 }
 
 impl IsolationRef {
@@ -59,8 +79,8 @@ impl IsolationRef {
 /// A compilation: objects to apply and previously applied objects to delete.
 #[derive(Debug, Clone, Default)]
 pub struct Compiled {
-    /// Objects, ready to apply.
-    pub objects: Vec<Value>,
+    /// Objects, ready to apply, each with the profile fields that produced it.
+    pub objects: Vec<tenantplane_isolation::CompiledObject>,
     /// Objects to prune.
     pub prune: Vec<IsolationRef>,
 }
@@ -99,7 +119,7 @@ impl IsolationService for InProcessIsolation {
                 .map(IsolationRef::from_object_ref)
                 .collect();
             Ok(Compiled {
-                objects: c.objects.into_iter().map(|o| o.object).collect(),
+                objects: c.objects,
                 prune,
             })
         })
@@ -164,49 +184,352 @@ impl Resolver {
     }
 }
 
-/// Applies a compilation to the host: every object by server-side apply, then prunes, then
-/// records the applied set on the host namespace. Returns (applied, pruned) counts.
+/// The IsolationProfile a compilation came from and the Tenant it is for: the subject of every
+/// isolation decision.
+#[derive(Debug, Clone)]
+pub struct Source {
+    /// The Tenant.
+    pub tenant: String,
+    /// Its host namespace.
+    pub host_namespace: String,
+    /// The IsolationProfile's name.
+    pub profile: String,
+    /// Its `metadata.generation`.
+    pub generation: i64,
+    /// Its uid.
+    pub uid: String,
+    /// Its resourceVersion.
+    pub resource_version: String,
+    /// `sha256:` of the profile (the decisions' input digest).
+    pub digest: String,
+}
+
+impl Source {
+    /// The source of compiling `profile` for `tenant`.
+    pub fn new(tenant: &Tenant, profile: &IsolationProfile) -> anyhow::Result<Source> {
+        Ok(Source {
+            tenant: tenant.name_any(),
+            host_namespace: tenant.host_namespace(),
+            profile: profile.name_any(),
+            generation: profile.metadata.generation.unwrap_or_default(),
+            uid: profile.uid().unwrap_or_default(),
+            resource_version: profile.resource_version().unwrap_or_default(),
+            digest: digest(&serde_json::to_value(profile)?),
+        })
+    }
+
+    /// The ledger key of the Tenant's isolation decision.
+    fn key(&self) -> String {
+        format!("isolation:IsolationProfile/{}", self.profile)
+    }
+
+    /// A decision about `target` (the compiled host object), or about the compilation as a
+    /// whole when `target` is `None`; `field_path` is the profile fields that produced it.
+    #[allow(clippy::too_many_arguments)]
+    fn decision(
+        &self,
+        target: Option<&IsolationRef>,
+        outcome: Outcome,
+        action: HostAction,
+        field_path: &str,
+        reason: &str,
+        message: String,
+        stamp: Stamp,
+    ) -> Decision {
+        Decision {
+            id: stamp.id,
+            time: stamp.time,
+            tenant: self.tenant.clone(),
+            subject: Subject {
+                api_version: format!("{}/{}", tenantplane_api::GROUP, tenantplane_api::VERSION),
+                kind: "IsolationProfile".into(),
+                namespace: String::new(),
+                name: self.profile.clone(),
+                uid: self.uid.clone(),
+                resource_version: self.resource_version.clone(),
+            },
+            target: target.map(|t| HostTarget {
+                api_version: t.api_version.clone(),
+                kind: t.kind.clone(),
+                namespace: t.namespace.clone().unwrap_or_default(),
+                name: t.name.clone(),
+            }),
+            outcome,
+            action,
+            policy: None,
+            profile: Some(ProfileRef {
+                name: self.profile.clone(),
+                generation: self.generation,
+                field_path: field_path.to_string(),
+            }),
+            reason: reason.into(),
+            message,
+            field_path: None,
+            stripped_keys: Vec::new(),
+            input_digest: self.digest.clone(),
+            mapping_version: MAPPING_VERSION.into(),
+            component: stamp.component,
+            component_version: stamp.component_version,
+            trace_id: stamp.trace_id,
+            span_id: stamp.span_id,
+        }
+    }
+}
+
+/// What applying a compilation did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Applied {
+    /// Objects created or updated.
+    pub applied: usize,
+    /// Objects deleted.
+    pub pruned: usize,
+    /// Objects already as compiled: nothing written, nothing recorded.
+    pub unchanged: usize,
+}
+
+/// A host write an isolation decision leads to.
+#[derive(Debug)]
+enum Write {
+    /// Server-side apply of the compiled object (the decision id is added to it).
+    Apply(Value),
+    /// Delete the object, with its uid as precondition.
+    Delete(Option<String>),
+}
+
+/// One compiled or pruned object that needs a write.
+#[derive(Debug)]
+struct Change {
+    target: IsolationRef,
+    api: Api<DynamicObject>,
+    outcome: Outcome,
+    action: HostAction,
+    field_path: String,
+    reason: &'static str,
+    message: String,
+    write: Write,
+}
+
+/// The compiled object as applied: with the [`DESIRED_DIGEST`] annotation of its content, so
+/// that the next reconcile sees it is in place without writing.
+fn desired(object: &Value) -> (Value, String) {
+    let d = digest(object);
+    let mut desired = object.clone();
+    if let Some(meta) = desired.get_mut("metadata").and_then(Value::as_object_mut) {
+        let annotations = meta.entry("annotations").or_insert_with(|| json!({}));
+        annotations[DESIRED_DIGEST] = json!(d);
+    }
+    (desired, d)
+}
+
+/// Applies a compilation to the host. Each compiled object whose host copy does not carry its
+/// digest is applied (server-side apply), each previously applied object no longer compiled and
+/// still present is deleted, and each of these is a recorded decision (subject: the
+/// IsolationProfile; target: the host object; profile: the fields that produced it) taken in a
+/// span of its own, written on the object (`tenantplane.io/decision-id`). Objects already as
+/// compiled cost a read, no write and no record. When anything is to be written, the
+/// compilation itself is recorded first, in the current span (the one the compile call was made
+/// in), and the objects' decision spans are its children. Then the applied set is recorded on
+/// the host namespace when it changed (so that a restarted syncer prunes).
 pub async fn apply(
     client: &Client,
-    host_namespace: &str,
+    recorder: &DecisionRecorder,
+    source: &Source,
     compiled: &Compiled,
-) -> anyhow::Result<(usize, usize)> {
+    previous: &[IsolationRef],
+) -> anyhow::Result<Applied> {
+    let started = Instant::now();
     let mut resolver = Resolver::default();
-    let params = PatchParams::apply(FIELD_MANAGER).force();
-    let mut applied = Vec::new();
-    for object in &compiled.objects {
-        let r = ref_of(object).context("a compiled object without identity")?;
+    let mut changes = Vec::new();
+    let mut applied_refs = Vec::new();
+    let mut result = Applied::default();
+    for compiled_object in &compiled.objects {
+        let r = ref_of(&compiled_object.object).context("a compiled object without identity")?;
         let api = resolver
             .api(client, &r.api_version, &r.kind, r.namespace.as_deref())
             .await?;
-        api.patch(&r.name, &params, &Patch::Apply(object))
+        let (object, digest) = desired(&compiled_object.object);
+        let host = api
+            .get_metadata_opt(&r.name)
             .await
-            .with_context(|| format!("applying {} {}", r.kind, r.name))?;
-        applied.push(r);
+            .with_context(|| format!("reading {} {}", r.kind, r.name))?;
+        let in_place = host.as_ref().is_some_and(|h| {
+            h.metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(DESIRED_DIGEST))
+                == Some(&digest)
+        });
+        applied_refs.push(r.clone());
+        if in_place {
+            result.unchanged += 1;
+            continue;
+        }
+        changes.push(Change {
+            action: if host.is_some() {
+                HostAction::Update
+            } else {
+                HostAction::Create
+            },
+            target: r,
+            api,
+            outcome: Outcome::Synced,
+            field_path: compiled_object.provenance.field_paths.join(","),
+            reason: "CompiledFromProfile",
+            message: compiled_object.provenance.explanation.clone(),
+            write: Write::Apply(object),
+        });
     }
-    let mut pruned = 0;
     for r in &compiled.prune {
         let api = resolver
             .api(client, &r.api_version, &r.kind, r.namespace.as_deref())
             .await?;
-        match api.delete(&r.name, &DeleteParams::default()).await {
-            Ok(_) => pruned += 1,
-            Err(kube::Error::Api(s)) if s.code == 404 => {}
-            Err(e) => return Err(e).with_context(|| format!("pruning {} {}", r.kind, r.name)),
+        let Some(host) = api
+            .get_metadata_opt(&r.name)
+            .await
+            .with_context(|| format!("reading {} {}", r.kind, r.name))?
+        else {
+            continue;
+        };
+        let fields = host
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(provenance::ISOLATION_FIELD))
+            .cloned()
+            .unwrap_or_default();
+        changes.push(Change {
+            target: r.clone(),
+            api,
+            outcome: Outcome::Deleted,
+            action: HostAction::Delete,
+            field_path: fields,
+            reason: "NoLongerCompiled",
+            message: format!(
+                "IsolationProfile {} (generation {}) no longer compiles {}: deleted",
+                source.profile, source.generation, r
+            ),
+            write: Write::Delete(host.metadata.uid),
+        });
+    }
+
+    if !changes.is_empty() {
+        let compilation = source.decision(
+            None,
+            Outcome::Synced,
+            HostAction::None,
+            "spec",
+            "IsolationProfileCompiled",
+            format!(
+                "IsolationProfile {} (generation {}) compiled for host namespace {}: {} objects, \
+                 {} to write, {} unchanged",
+                source.profile,
+                source.generation,
+                source.host_namespace,
+                compiled.objects.len(),
+                changes.len(),
+                result.unchanged
+            ),
+            trace::stamp_in(&tracing::Span::current(), COMPONENT),
+        );
+        recorder
+            .record(&source.key(), &compilation, &source.digest, None, started)
+            .await?;
+        for change in changes {
+            let span = trace::follow_up_span(&compilation);
+            let decision = source.decision(
+                Some(&change.target),
+                change.outcome,
+                change.action,
+                &change.field_path,
+                change.reason,
+                change.message.clone(),
+                trace::stamp_in(&span, COMPONENT),
+            );
+            write(recorder, source, &change, &decision, started)
+                .instrument(span)
+                .await?;
+            match change.outcome {
+                Outcome::Deleted => result.pruned += 1,
+                _ => result.applied += 1,
+            }
         }
     }
-    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
-    namespaces
-        .patch(
-            host_namespace,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"annotations": {
-                APPLIED_ANNOTATION: serde_json::to_string(&applied)?,
-            }}})),
-        )
-        .await
-        .context("recording the applied isolation objects on the host namespace")?;
-    Ok((applied.len(), pruned))
+
+    let mut before = previous.to_vec();
+    before.sort();
+    let mut now = applied_refs.clone();
+    now.sort();
+    if before != now {
+        let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+        namespaces
+            .patch(
+                &source.host_namespace,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"annotations": {
+                    APPLIED_ANNOTATION: serde_json::to_string(&applied_refs)?,
+                }}})),
+            )
+            .await
+            .context("recording the applied isolation objects on the host namespace")?;
+    }
+    Ok(result)
+}
+
+/// Records the decision about one object, then writes it (in the decision's span); a failed
+/// write is a Failed decision of its own, in a child span.
+async fn write(
+    recorder: &DecisionRecorder,
+    source: &Source,
+    change: &Change,
+    decision: &Decision,
+    started: Instant,
+) -> anyhow::Result<()> {
+    let key = format!("isolation:{}", change.target);
+    recorder
+        .record(&key, decision, &source.digest, None, started)
+        .await?;
+    let r = &change.target;
+    let (verb, result) = match &change.write {
+        Write::Apply(object) => {
+            let mut object = object.clone();
+            object["metadata"]["annotations"][provenance::DECISION_ID] = json!(decision.id);
+            let params = PatchParams::apply(FIELD_MANAGER).force();
+            let span = trace::host_write_span("PATCH", r);
+            let result = change
+                .api
+                .patch(&r.name, &params, &Patch::Apply(&object))
+                .instrument(span)
+                .await
+                .map(|_| ());
+            ("applying", result)
+        }
+        Write::Delete(uid) => {
+            let params = DeleteParams {
+                preconditions: uid.clone().map(|uid| Preconditions {
+                    uid: Some(uid),
+                    resource_version: None,
+                }),
+                ..DeleteParams::default()
+            };
+            let span = trace::host_write_span("DELETE", r);
+            let result = match change.api.delete(&r.name, &params).instrument(span).await {
+                Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+                other => other.map(|_| ()),
+            };
+            ("pruning", result)
+        }
+    };
+    let Err(e) = result else {
+        return Ok(());
+    };
+    let span = trace::follow_up_span(decision);
+    let failed =
+        crate::reconcile::failed(decision, &e.to_string(), trace::stamp_in(&span, COMPONENT));
+    let _ = recorder
+        .record(&key, &failed, &source.digest, None, started)
+        .instrument(span)
+        .await;
+    Err(e).with_context(|| format!("{verb} {r}"))
 }
 
 /// The isolation-compiler service over gRPC, through `tenantplane-client` (TLS and mutual TLS,
@@ -268,12 +591,7 @@ impl IsolationService for GrpcIsolation {
             );
             let compiled = compiled.map_err(|e| format!("isolation compiler: {e}"))?;
             Ok(Compiled {
-                objects: compiled
-                    .compilation
-                    .objects
-                    .into_iter()
-                    .map(|o| o.object)
-                    .collect(),
+                objects: compiled.compilation.objects,
                 prune: compiled
                     .prune
                     .into_iter()

@@ -16,7 +16,8 @@
 //! decision and host write) and tested without a cluster; [`record`] is the one place a decision
 //! is recorded; [`tenant`] wires watches, the work queue and workers of one tenant;
 //! [`controller`] runs the Tenant controller; [`run`] wires everything from a [`Config`].
-//! [`trace`] opens one span per decision and [`metrics`] counts and times them.
+//! [`trace`] opens one span per decision and [`metrics`] counts and times them. [`shard`] splits
+//! the Tenants between several replicas through Leases.
 //! docs/syncer.md describes the behaviour and its guarantees.
 
 #![forbid(unsafe_code)]
@@ -30,6 +31,7 @@ pub mod ratelimit;
 pub mod reconcile;
 pub mod record;
 pub mod service;
+pub mod shard;
 pub mod tenant;
 pub mod trace;
 
@@ -68,6 +70,8 @@ pub struct Config {
     pub status_interval: Duration,
     /// Where decisions, their latency, the services' call latency and queue depths are counted.
     pub metrics: metrics::SyncMetrics,
+    /// Lease sharding between replicas; `None` (the default): this replica serves every Tenant.
+    pub shard: Option<shard::ShardConfig>,
 }
 
 impl Config {
@@ -88,6 +92,7 @@ impl Config {
             tenant_resync: Duration::from_secs(300),
             status_interval: Duration::from_secs(1),
             metrics: metrics::SyncMetrics::default(),
+            shard: None,
         }
     }
 }
@@ -131,11 +136,15 @@ impl Syncer {
             tuning: config.tuning.clone(),
             metrics: config.metrics.clone(),
         });
+        let shard = config
+            .shard
+            .map(|c| Arc::new(shard::Shard::new(shared.host.clone(), c)));
         let ctx = controller::Context::new(
             shared,
             config.isolation.clone(),
             config.tenant_resync,
             config.status_interval,
+            shard,
         );
         Ok(Syncer { ctx })
     }
@@ -150,8 +159,18 @@ impl Syncer {
     }
 
     /// Runs the Tenant controller until it stops.
-    pub async fn run(self) {
-        controller::run(self.ctx).await;
+    pub async fn run(&self) {
+        controller::run(self.ctx.clone()).await;
+    }
+
+    /// Stops every tenant runtime, then, when sharded, deletes this replica's Lease so that the
+    /// other replicas take its Tenants over without waiting for it to expire. Call it once
+    /// [`Syncer::run`] has been stopped.
+    pub async fn release(&self) {
+        self.ctx.stop_all().await;
+        if let Some(shard) = &self.ctx.shard {
+            shard.release().await;
+        }
     }
 }
 

@@ -7,6 +7,8 @@
 //! | `tenantplane_sync_decision_duration_seconds` | histogram | `outcome` |
 //! | `tenantplane_sync_rpc_duration_seconds` | histogram | `rpc_service`, `rpc_method`, `grpc_code` |
 //! | `tenantplane_sync_queue_depth` | gauge | `tenant` |
+//! | `tenantplane_sync_tenant_served` | gauge (1 while this replica serves the Tenant) | `tenant` |
+//! | `tenantplane_sync_shard_members` | gauge (live replicas in this replica's view; sharded only) | |
 //!
 //! A decision's duration runs from the moment its tenant object left the queue (its span opens)
 //! to the decision recorded and its host write done.
@@ -53,6 +55,8 @@ pub struct SyncMetrics {
     decision_seconds: HistogramFamily<OutcomeLabels>,
     rpc_seconds: HistogramFamily<RpcLabels>,
     queue_depth: Family<TenantLabels, Gauge>,
+    served: Family<TenantLabels, Gauge>,
+    shard_members: Gauge,
 }
 
 impl Default for SyncMetrics {
@@ -69,6 +73,8 @@ impl Default for SyncMetrics {
                 Histogram::new(exponential_buckets(0.000_1, 2.0, 16))
             }),
             queue_depth: Family::default(),
+            served: Family::default(),
+            shard_members: Gauge::default(),
         }
     }
 }
@@ -96,6 +102,16 @@ impl SyncMetrics {
             "tenantplane_sync_queue_depth",
             "Tenant objects waiting in a tenant's work queue (not counting those being decided)",
             metrics.queue_depth.clone(),
+        );
+        registry.register(
+            "tenantplane_sync_tenant_served",
+            "1 for each Tenant this replica serves (runs the tenant runtime of)",
+            metrics.served.clone(),
+        );
+        registry.register(
+            "tenantplane_sync_shard_members",
+            "Live syncer replicas in this replica's view of the shard Leases",
+            metrics.shard_members.clone(),
         );
         metrics
     }
@@ -133,6 +149,24 @@ impl SyncMetrics {
                 tenant: tenant.to_string(),
             })
             .clone()
+    }
+
+    /// Whether this replica serves `tenant` (runs its tenant runtime).
+    pub fn serving(&self, tenant: &str, serving: bool) {
+        let labels = TenantLabels {
+            tenant: tenant.to_string(),
+        };
+        if serving {
+            self.served.get_or_create(&labels).set(1);
+        } else {
+            self.served.remove(&labels);
+        }
+    }
+
+    /// The live replicas in this replica's view of the shard.
+    pub fn shard_members(&self, members: usize) {
+        self.shard_members
+            .set(i64::try_from(members).unwrap_or(i64::MAX));
     }
 
     /// Drops the queue depth series of a tenant no longer served.

@@ -34,7 +34,7 @@ use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use opentelemetry::trace::SpanContext;
 use serde_json::json;
 use tenantplane_api::conditions;
-use tenantplane_api::tenant::{DecisionCounts, DecisionSummary};
+use tenantplane_api::tenant::{DecisionCounts, DecisionSummary, TenantStatus};
 use tenantplane_core::decision::{Decision, Outcome};
 use tokio::sync::{Notify, mpsc};
 
@@ -129,6 +129,19 @@ fn now() -> Time {
 impl TenantLedger {
     fn lock(&self) -> std::sync::MutexGuard<'_, LedgerState> {
         self.state.lock().expect("ledger lock")
+    }
+
+    /// A ledger that continues from the counts and last decision the Tenant's status already
+    /// shows (written by an earlier life of the syncer), so that `status.counts` are totals over
+    /// the Tenant's life rather than since this process started.
+    pub fn continuing(status: Option<&TenantStatus>) -> Self {
+        let ledger = TenantLedger::default();
+        if let Some(status) = status {
+            let mut s = ledger.lock();
+            s.counts = status.counts.clone();
+            s.last = status.last_decision.clone();
+        }
+        ledger
     }
 
     /// Sets a condition of the Tenant (written at the next flush when it changed).
@@ -361,7 +374,9 @@ pub struct DecisionRecorder {
     log: Option<Arc<dyn DecisionLog>>,
     ledger: TenantLedger,
     metrics: SyncMetrics,
-    events: mpsc::Sender<(ObjectReference, Event)>,
+    /// Where Events about tenant objects go; `None` for decisions about host-side sources
+    /// (isolation), which have no tenant object to report on.
+    events: Option<mpsc::Sender<(ObjectReference, Event)>>,
 }
 
 impl DecisionRecorder {
@@ -393,7 +408,22 @@ impl DecisionRecorder {
             log,
             ledger,
             metrics,
-            events: tx,
+            events: Some(tx),
+        }
+    }
+
+    /// A recorder for decisions whose source lives in the host cluster (the Tenant's
+    /// IsolationProfile): no tenant object Events, everything else as [`DecisionRecorder::new`].
+    pub fn host_side(
+        ledger: TenantLedger,
+        log: Option<Arc<dyn DecisionLog>>,
+        metrics: SyncMetrics,
+    ) -> Self {
+        DecisionRecorder {
+            log,
+            ledger,
+            metrics,
+            events: None,
         }
     }
 
@@ -433,7 +463,7 @@ impl DecisionRecorder {
             subject = %format!("{}/{}/{}", decision.subject.kind, decision.subject.namespace, decision.subject.name),
             "decision"
         );
-        if let Some(reference) = regarding {
+        if let (Some(reference), Some(events)) = (regarding, &self.events) {
             let event = Event {
                 type_: if decision.outcome.is_refusal() {
                     EventType::Warning
@@ -449,7 +479,7 @@ impl DecisionRecorder {
                 secondary: None,
             };
             // A full channel waits: events are not dropped, they slow the syncer down instead.
-            let _ = self.events.send((reference, event)).await;
+            let _ = events.send((reference, event)).await;
         }
         Ok(())
     }
@@ -658,5 +688,27 @@ mod tests {
         assert_eq!(ready(&status, "Ready"), "True");
         assert_eq!(events.len(), 1);
         assert!(ledger.take_flush().is_none());
+    }
+
+    #[test]
+    fn a_restarted_syncer_continues_the_counts_of_the_tenant_status() {
+        let before = TenantLedger::default();
+        before.tally("a", &decision(Outcome::Synced, "WorkloadKind"), "x");
+        before.tally(
+            "b",
+            &decision(Outcome::Rejected, "HostNetworkForbidden"),
+            "x",
+        );
+        let (written, _) = before.take_flush().unwrap();
+        let status: TenantStatus = serde_json::from_value(written["status"].clone()).unwrap();
+
+        let after = TenantLedger::continuing(Some(&status));
+        after.tally("c", &decision(Outcome::Synced, "WorkloadKind"), "x");
+        let counts = after.counts();
+        assert_eq!((counts.synced, counts.rejected), (2, 1));
+        assert_eq!(
+            TenantLedger::continuing(None).counts(),
+            DecisionCounts::default()
+        );
     }
 }

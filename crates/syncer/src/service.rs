@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use crate::metrics::SyncMetrics;
 use crate::record::AppenderLog;
+use crate::shard::ShardConfig;
 use crate::{Config, Syncer, isolation, planner, tenant};
 use anyhow::Context as _;
 use prometheus_client::registry::Registry;
@@ -76,6 +77,29 @@ pub struct Args {
         default_value = "127.0.0.1:7422"
     )]
     pub admin_addr: SocketAddr,
+    /// Namespace of the membership Leases through which several syncer replicas split the
+    /// Tenants (the syncer's own namespace). Unset: this replica serves every Tenant.
+    #[arg(long, env = "TENANTPLANE_SYNCER_SHARD_LEASE_NAMESPACE")]
+    pub shard_lease_namespace: Option<String>,
+    /// This replica's id in the shard (its Lease's holder); default: `POD_NAME`, else the host
+    /// name.
+    #[arg(long, env = "TENANTPLANE_SYNCER_REPLICA_ID")]
+    pub replica_id: Option<String>,
+    /// Seconds a replica's Lease stays live without a renewal; a Tenant of a replica that
+    /// stops is served again after about twice this.
+    #[arg(
+        long,
+        env = "TENANTPLANE_SYNCER_SHARD_LEASE_SECONDS",
+        default_value_t = 15
+    )]
+    pub shard_lease_seconds: u64,
+    /// Seconds between renewals of the Lease (and listings of the other replicas').
+    #[arg(
+        long,
+        env = "TENANTPLANE_SYNCER_SHARD_RENEW_SECONDS",
+        default_value_t = 2
+    )]
+    pub shard_renew_seconds: u64,
     /// TLS to the planner and isolation-compiler services.
     #[command(flatten)]
     pub client_tls: ClientTlsArgs,
@@ -130,10 +154,42 @@ pub async fn serve(args: Args) -> anyhow::Result<()> {
         ..tenant::Tuning::default()
     };
     config.tenant_resync = Duration::from_secs(args.resync_seconds);
+    if let Some(namespace) = &args.shard_lease_namespace {
+        let replica_id = match &args.replica_id {
+            Some(id) => id.clone(),
+            None => default_replica_id()?,
+        };
+        config.shard = Some(ShardConfig::new(
+            &replica_id,
+            namespace,
+            Duration::from_secs(args.shard_lease_seconds),
+            Duration::from_secs(args.shard_renew_seconds),
+        )?);
+    }
     let syncer = Syncer::new(config).await?;
     let server = server.with_readiness(syncer.readiness());
-    tokio::select! {
+    let served = tokio::select! {
         served = server.serve(api, shutdown_signal()) => served,
         () = syncer.run() => anyhow::bail!("the Tenant controller stopped"),
+    };
+    syncer.release().await;
+    served
+}
+
+/// The replica id when none is given: `POD_NAME` (the downward API), else the host name.
+fn default_replica_id() -> anyhow::Result<String> {
+    if let Ok(name) = std::env::var("POD_NAME")
+        && !name.is_empty()
+    {
+        return Ok(name);
     }
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .map(|h| h.trim().to_ascii_lowercase())
+        .unwrap_or_default();
+    if host.is_empty() {
+        anyhow::bail!("no --replica-id given and neither POD_NAME nor the host name is known");
+    }
+    Ok(host)
 }

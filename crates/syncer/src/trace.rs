@@ -9,8 +9,10 @@
 //!  └─ tenantplane.sync.decision         a Failed decision, when the host write failed
 //!  tenantplane.sync.plan_batch          the Plan call of a batch, linked to each object's span
 //!  └─ grpc.server Plan                  (planner process, via the call's traceparent)
-//!  tenantplane.sync.isolation           a Tenant's isolation: compile call, applies, prunes
-//!  └─ grpc.server Compile               (isolation-compiler process)
+//!  tenantplane.sync.decision            a Tenant's IsolationProfile compiled (subject: the profile)
+//!  ├─ grpc.server Compile               (isolation-compiler process)
+//!  └─ tenantplane.sync.decision         one per compiled object applied or pruned
+//!     └─ tenantplane.host.write         its server-side apply / delete
 //! ```
 //!
 //! A span opens when a tenant object leaves the work queue to be evaluated, before planning, so
@@ -42,8 +44,29 @@ pub fn evaluation_span(
     span(None, tenant, api_version, kind, namespace, name)
 }
 
-/// The span of a decision taken inside another decision's span (a host write failed: the
-/// Failed decision), a child of the current span.
+/// The span of evaluating a Tenant's IsolationProfile: the compile call and the decisions about
+/// the compiled objects happen in it. Like [`evaluation_span`], the root of its own trace,
+/// named [`REEVALUATION_SPAN`] until the compilation is recorded as a decision in it.
+pub fn isolation_span(tenant: &str, profile: &str) -> tracing::Span {
+    let api_version = format!("{}/{}", tenantplane_api::GROUP, tenantplane_api::VERSION);
+    span(None, tenant, &api_version, "IsolationProfile", "", profile)
+}
+
+/// The span of a host write of an isolation decision (a child of the current span).
+pub fn host_write_span(verb: &str, target: &crate::isolation::IsolationRef) -> tracing::Span {
+    tracing::info_span!(
+        "tenantplane.kube.call",
+        otel.name = "tenantplane.host.write",
+        otel.kind = "client",
+        http.request.method = %verb,
+        k8s.object.kind = %target.kind,
+        k8s.namespace.name = target.namespace.as_deref().unwrap_or(""),
+        k8s.object.name = %target.name,
+    )
+}
+
+/// The span of a decision taken inside another decision's span, a child of the current span:
+/// a host write failed (the Failed decision), or an object of a recorded isolation compilation.
 pub fn follow_up_span(decision: &Decision) -> tracing::Span {
     let s = &decision.subject;
     span(
@@ -83,6 +106,9 @@ fn span(
         tenantplane.policy.name = Empty,
         tenantplane.policy.revision = Empty,
         tenantplane.policy.rule = Empty,
+        tenantplane.profile.name = Empty,
+        tenantplane.profile.generation = Empty,
+        tenantplane.profile.field = Empty,
         tenantplane.mapping.version = Empty,
         otel.status_code = Empty,
     )
@@ -123,6 +149,11 @@ pub fn describe(span: &tracing::Span, decision: &Decision) {
             "tenantplane.policy.rule",
             p.rule.as_deref().unwrap_or("(default)"),
         );
+    }
+    if let Some(p) = &decision.profile {
+        span.record("tenantplane.profile.name", p.name.as_str());
+        span.record("tenantplane.profile.generation", p.generation);
+        span.record("tenantplane.profile.field", p.field_path.as_str());
     }
     span.record(
         "tenantplane.mapping.version",

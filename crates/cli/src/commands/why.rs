@@ -4,7 +4,9 @@
 //! (read-only), then finds in the decision log the decision that created it and the one that
 //! last changed it (the one whose id the object carries), and prints the chain from the host
 //! object to the tenant object, the mapping, the SyncPolicy rule or IsolationProfile field, and
-//! the trace. For a tenant object (`why --tenant NAME KIND/NAMESPACE/NAME`): prints the latest
+//! the trace. A compiled isolation object (NetworkPolicy, ResourceQuota...) is explained the same
+//! way: its profile, level and fields from its annotations, then the syncer's decisions that
+//! applied it (subject: the IsolationProfile; the profile generation and fields they name). For a tenant object (`why --tenant NAME KIND/NAMESPACE/NAME`): prints the latest
 //! decision about it from the log alone, which is how a refused object (no host object) is
 //! explained.
 
@@ -291,7 +293,6 @@ async fn explain_host_object(args: &Args, target: &ObjectRef) -> anyhow::Result<
                 .map(str::to_string)
                 .collect(),
         });
-        return Ok(explanation);
     }
     let Some(tenant) = marks.get(provenance::TENANT).cloned() else {
         explanation.problems.push(format!(
@@ -304,15 +305,17 @@ async fn explain_host_object(args: &Args, target: &ObjectRef) -> anyhow::Result<
         ));
         return Ok(explanation);
     };
-    explanation.source = Some(SourceObject {
-        tenant: tenant.clone(),
-        api_version: mark(provenance::SOURCE_API_VERSION),
-        kind: mark(provenance::SOURCE_KIND),
-        namespace: mark(provenance::SOURCE_NAMESPACE),
-        name: mark(provenance::SOURCE_NAME),
-        uid: mark(provenance::SOURCE_UID),
-        mapping_version: mark(provenance::MAPPING_VERSION),
-    });
+    if explanation.isolation.is_none() {
+        explanation.source = Some(SourceObject {
+            tenant: tenant.clone(),
+            api_version: mark(provenance::SOURCE_API_VERSION),
+            kind: mark(provenance::SOURCE_KIND),
+            namespace: mark(provenance::SOURCE_NAMESPACE),
+            name: mark(provenance::SOURCE_NAME),
+            uid: mark(provenance::SOURCE_UID),
+            mapping_version: mark(provenance::MAPPING_VERSION),
+        });
+    }
 
     let mut log = DecisionSource::connect(&args.source).await?;
     let filter = Filter {
@@ -365,6 +368,19 @@ fn creation(history: &[Entry], sequence: u64) -> Option<Entry> {
 
 /// Reports where the object's provenance and the decision it names disagree.
 fn check_matches(explanation: &mut Explanation, decision: &Decision) {
+    if let Some(isolation) = &explanation.isolation {
+        let decided_by = decision.profile.as_ref().map(|p| p.name.as_str());
+        if decided_by != Some(isolation.profile.as_str()) {
+            explanation.problems.push(format!(
+                "the object was compiled from IsolationProfile {}, but decision {} names {}",
+                isolation.profile,
+                decision.id,
+                decided_by.map_or("no IsolationProfile".to_string(), |p| {
+                    format!("IsolationProfile {p}")
+                })
+            ));
+        }
+    }
     let Some(source) = &explanation.source else {
         return;
     };
@@ -453,7 +469,7 @@ fn render(e: &Explanation, trace_url: &TraceUrl) -> String {
         };
         render_decision(&mut out, label, l, trace_url);
     }
-    if e.host_object.is_none() || e.source.is_some() {
+    if e.host_object.is_none() || e.source.is_some() || e.isolation.is_some() {
         out.push_str(&format!(
             "{:<16}{} in the log about this object\n",
             "History", e.decisions
