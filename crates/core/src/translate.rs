@@ -612,7 +612,8 @@ pub fn status_to_tenant(tenant_object: &Value, host_object: &Value) -> Option<Va
 /// Service's address. So the tenant Service is recreated with the host's address, as vcluster
 /// does: the object returned is the tenant Service with the host's `clusterIP`, `clusterIPs` and
 /// `ipFamilies`, without server-maintained metadata and status. Headless and ExternalName
-/// Services have no address to carry.
+/// Services have no address to carry; a Service with finalizers is left as it is (its deletion
+/// would wait on them).
 pub fn service_with_host_cluster_ips(
     tenant_service: &Value,
     host_service: &Value,
@@ -626,7 +627,16 @@ pub fn service_with_host_cluster_ips(
     let tenant_ip = ip_of(tenant_service);
     let external =
         |s: &Value| s.pointer("/spec/type").and_then(Value::as_str) == Some("ExternalName");
-    if tenant_ip.as_deref() == Some("None") || external(tenant_service) || external(host_service) {
+    // A Service with finalizers would not be gone when deleted: it is not recreated.
+    let finalized = tenant_service
+        .pointer("/metadata/finalizers")
+        .and_then(Value::as_array)
+        .is_some_and(|f| !f.is_empty());
+    if tenant_ip.as_deref() == Some("None")
+        || external(tenant_service)
+        || external(host_service)
+        || finalized
+    {
         return None;
     }
     let host_ips = host_service
@@ -1000,6 +1010,11 @@ mod tests {
         assert!(recreated["metadata"].get("resourceVersion").is_none());
         assert!(recreated.get("status").is_none());
         assert_eq!(service_with_host_cluster_ips(&recreated, &host_svc), None);
+
+        let mut finalized = tenant_svc.clone();
+        finalized["metadata"]["finalizers"] =
+            json!(["service.kubernetes.io/load-balancer-cleanup"]);
+        assert_eq!(service_with_host_cluster_ips(&finalized, &host_svc), None);
 
         let mut headless = tenant_svc.clone();
         headless["spec"]["clusterIP"] = json!("None");
