@@ -149,8 +149,8 @@ mod tests {
             kind: p.kind.clone(),
             namespace: p.namespace.clone(),
             name: p.name.clone(),
-            labels: p.labels.clone(),
-            annotations: p.annotations.clone(),
+            labels: p.labels.clone().into_iter().collect(),
+            annotations: p.annotations.clone().into_iter().collect(),
         }
     }
 

@@ -27,6 +27,10 @@ use tenantplane_api::{Tenant, provenance};
 
 use crate::object::{SourceIdentity, TenantObject};
 
+mod metadata;
+
+pub use metadata::MetadataMap;
+
 /// Version of the mapping scheme, recorded on every host object.
 pub const MAPPING_VERSION: &str = "v1";
 
@@ -111,10 +115,10 @@ pub struct Placement {
     /// How the name was formed.
     pub name_form: HostNameForm,
     /// Labels of the host object: the tenant's, minus reserved keys, plus provenance.
-    pub labels: BTreeMap<String, String>,
+    pub labels: MetadataMap,
     /// Annotations of the host object: the tenant's, minus reserved keys, plus provenance
     /// (without the decision id, which the decision that writes the object adds).
-    pub annotations: BTreeMap<String, String>,
+    pub annotations: MetadataMap,
     /// Reserved `tenantplane.io/` keys the tenant object carried, stripped from the host object.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub stripped_keys: Vec<String>,
@@ -148,7 +152,10 @@ pub fn host_name(
     name: &str,
 ) -> (String, HostNameForm) {
     let syntax = NameSyntax::for_kind(group, kind);
-    let readable = format!("{name}{SEPARATOR}{namespace}");
+    let mut readable = String::with_capacity(name.len() + SEPARATOR.len() + namespace.len());
+    readable.push_str(name);
+    readable.push_str(SEPARATOR);
+    readable.push_str(namespace);
     if syntax.is_valid(&readable) {
         return (readable, HostNameForm::Readable);
     }
@@ -225,35 +232,29 @@ pub fn place(tenant: &TenantPlacement, object: &TenantObject) -> Placement {
     );
 
     let mut stripped_keys = Vec::new();
-    let mut labels = BTreeMap::new();
-    for (k, v) in object.labels() {
-        if provenance::is_reserved(k) {
-            stripped_keys.push(format!("label {k}"));
-        } else {
-            labels.insert(k.to_string(), v.to_string());
-        }
-    }
-    let mut annotations = BTreeMap::new();
-    for (k, v) in object.annotations() {
-        if provenance::is_reserved(k) {
-            stripped_keys.push(format!("annotation {k}"));
-        } else {
-            annotations.insert(k.to_string(), v.to_string());
-        }
-    }
-    labels.insert(provenance::MANAGED.into(), "true".into());
-    labels.insert(provenance::TENANT.into(), tenant.tenant.clone());
-    labels.insert(provenance::SOURCE_NAMESPACE.into(), id.namespace.clone());
-    if !id.uid.is_empty() {
-        labels.insert(provenance::SOURCE_UID.into(), id.uid.clone());
-    }
-    annotations.insert(
-        provenance::SOURCE_API_VERSION.into(),
-        id.api_version.clone(),
+    let label_provenance = [
+        (provenance::MANAGED, "true"),
+        (provenance::TENANT, tenant.tenant.as_str()),
+        (provenance::SOURCE_NAMESPACE, id.namespace.as_str()),
+        (provenance::SOURCE_UID, id.uid.as_str()),
+    ];
+    let labels = host_metadata(
+        || object.labels(),
+        "label",
+        &label_provenance[..if id.uid.is_empty() { 3 } else { 4 }],
+        &mut stripped_keys,
     );
-    annotations.insert(provenance::SOURCE_KIND.into(), id.kind.clone());
-    annotations.insert(provenance::SOURCE_NAME.into(), id.name.clone());
-    annotations.insert(provenance::MAPPING_VERSION.into(), MAPPING_VERSION.into());
+    let annotations = host_metadata(
+        || object.annotations(),
+        "annotation",
+        &[
+            (provenance::SOURCE_API_VERSION, id.api_version.as_str()),
+            (provenance::SOURCE_KIND, id.kind.as_str()),
+            (provenance::SOURCE_NAME, id.name.as_str()),
+            (provenance::MAPPING_VERSION, MAPPING_VERSION),
+        ],
+        &mut stripped_keys,
+    );
 
     Placement {
         api_version: id.api_version.clone(),
@@ -265,6 +266,31 @@ pub fn place(tenant: &TenantPlacement, object: &TenantObject) -> Placement {
         annotations,
         stripped_keys,
     }
+}
+
+/// The tenant's own labels or annotations (`what`), minus the reserved keys, which are listed in
+/// `stripped_keys`, plus tenantplane's provenance entries.
+fn host_metadata<'a, I: Iterator<Item = (&'a str, &'a str)>>(
+    own: impl Fn() -> I,
+    what: &str,
+    provenance: &[(&'a str, &'a str)],
+    stripped_keys: &mut Vec<String>,
+) -> MetadataMap {
+    let (entries, text) = own()
+        .chain(provenance.iter().copied())
+        .fold((0, 0), |(n, len), (k, v)| (n + 1, len + k.len() + v.len()));
+    let mut map = MetadataMap::with_capacity(entries, text);
+    for (k, v) in own() {
+        if provenance::is_reserved(k) {
+            stripped_keys.push(format!("{what} {k}"));
+        } else {
+            map.insert(k, v);
+        }
+    }
+    for (k, v) in provenance {
+        map.insert(k, v);
+    }
+    map
 }
 
 /// Provenance read back from a host object's metadata.
@@ -406,9 +432,9 @@ mod tests {
               "labels": {"app": "web", "tenantplane.io/tenant": "victim"},
               "annotations": {"tenantplane.io/source-name": "forged", "note": "kept"}}})),
         );
-        assert_eq!(p.labels["tenantplane.io/tenant"], "acme");
-        assert_eq!(p.labels["app"], "web");
-        assert_eq!(p.annotations["note"], "kept");
+        assert_eq!(p.labels.get("tenantplane.io/tenant"), Some("acme"));
+        assert_eq!(p.labels.get("app"), Some("web"));
+        assert_eq!(p.annotations.get("note"), Some("kept"));
         assert_eq!(
             p.stripped_keys,
             vec![
@@ -416,7 +442,11 @@ mod tests {
                 "annotation tenantplane.io/source-name".to_string(),
             ]
         );
-        let back = provenance(&p.labels, &p.annotations).unwrap();
+        let back = provenance(
+            &p.labels.into_iter().collect(),
+            &p.annotations.into_iter().collect(),
+        )
+        .unwrap();
         assert_eq!(back.tenant, "acme");
         assert_eq!(back.source.to_string(), "Pod/prod/web");
         assert_eq!(back.source.uid, "u-1");

@@ -52,8 +52,8 @@ fn meta(p: &tenantplane_core::Placement) -> HostObjectMeta {
         kind: p.kind.clone(),
         namespace: p.namespace.clone(),
         name: p.name.clone(),
-        labels: p.labels.clone(),
-        annotations: p.annotations.clone(),
+        labels: p.labels.clone().into_iter().collect(),
+        annotations: p.annotations.clone().into_iter().collect(),
     }
 }
 
@@ -79,7 +79,7 @@ proptest! {
     ) {
         let o = object(api_version, kind, &namespace, &name, &uid);
         let p = place(&tenant("acme"), &o);
-        let back = provenance(&p.labels, &p.annotations).unwrap();
+        let back = provenance(&p.labels.into_iter().collect(), &p.annotations.into_iter().collect()).unwrap();
         prop_assert_eq!(back.tenant, "acme");
         prop_assert_eq!(back.source, o.identity);
     }
