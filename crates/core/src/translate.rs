@@ -1,5 +1,9 @@
 //! Translation between a tenant object and its host object, both ways, as pure functions.
 //!
+//! Up: [`status_to_tenant`], [`service_with_host_cluster_ips`] (the tenant Service recreated with
+//! the host's addresses) and [`endpoints_to_tenant`] (the host Endpoints of a selector Service,
+//! pointing at tenant pods).
+//!
 //! Down ([`to_host`]): the desired host object of a tenant object that the SyncPolicy syncs.
 //!
 //! * metadata comes from the [`Placement`] (host namespace and name, the tenant's labels and

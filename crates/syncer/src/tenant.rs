@@ -8,6 +8,11 @@
 //!             (provenance → key)       │   dedupe, backoff        (global permits:
 //!  resync timer ──every key────────────┘                           fair across tenants)
 //! ```
+//!
+//! The host store lags the syncer's own writes: a key whose last host write the store does not
+//! show yet is not decided on until it does (`OwnWrite`), so a create never looks missing and a
+//! delete never looks undone. Up from the host: status, a Service's cluster IPs (the tenant
+//! Service is recreated with them) and the Endpoints of a selector Service.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
