@@ -347,6 +347,7 @@ pub async fn start(
         tasks.push(tokio::spawn(async move {
             let mut events = watcher(tenant_api, watcher::Config::default())
                 .default_backoff()
+                .modify(trim_tenant_object)
                 .reflect(tenant_writer)
                 .touched_objects()
                 .boxed();
@@ -378,9 +379,11 @@ pub async fn start(
             }
         }));
         let w = worker.clone();
+        let service = Some(index) == w.service_kind;
         tasks.push(tokio::spawn(async move {
             let mut events = watcher(host_api, watcher::Config::default())
                 .default_backoff()
+                .modify(move |obj| trim_host_object(service, obj))
                 .reflect(host_writer)
                 .touched_objects()
                 .boxed();
@@ -417,7 +420,13 @@ pub async fn start(
     }));
     for _ in 0..tuning.workers_per_tenant.max(1) {
         let w = worker.clone();
-        tasks.push(tokio::spawn(async move { w.work().await }));
+        let mut listed = ready.clone();
+        tasks.push(tokio::spawn(async move {
+            // Watch events queue keys before the other side has listed: decide none until both
+            // have (a host object not yet in the store would be created again).
+            let _ = listed.wait_for(|listed| *listed).await;
+            w.work().await
+        }));
     }
     Ok(TenantRuntime {
         tasks,
@@ -454,6 +463,31 @@ fn kube_call_span(
 
 fn to_value(obj: &DynamicObject) -> Value {
     serde_json::to_value(obj).expect("a DynamicObject always serializes")
+}
+
+/// A tenant object as its store keeps it: everything but the field sets of its managedFields
+/// (only who wrote it is read, by the Endpoints up-sync; the field sets are most of the
+/// metadata of a small object).
+fn trim_tenant_object(obj: &mut DynamicObject) {
+    for entry in obj.metadata.managed_fields.iter_mut().flatten() {
+        entry.fields_v1 = None;
+    }
+}
+
+/// A host object as its store keeps it: what decisions read of it and nothing else. Its metadata
+/// (provenance, the recorded digest, uid and resourceVersion) without managedFields, its status
+/// (flowing up), a Service's spec (its cluster IPs flow up) and an Endpoints' subsets; the rest
+/// (a Pod's spec, a ConfigMap's or Secret's data) is what the syncer wrote from the tenant object
+/// and is compared by digest only.
+fn trim_host_object(service: bool, obj: &mut DynamicObject) {
+    obj.metadata.managed_fields = None;
+    if let Some(body) = obj.data.as_object_mut() {
+        body.retain(|field, _| match field.as_str() {
+            "status" | "subsets" => true,
+            "spec" => service,
+            _ => false,
+        });
+    }
 }
 
 impl Worker {
@@ -1391,6 +1425,78 @@ fn source_uid_of(host: &Value) -> Option<&str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn dynamic(v: Value) -> DynamicObject {
+        serde_json::from_value(v).expect("a valid object")
+    }
+
+    fn managed_fields(manager: &str) -> Value {
+        json!([{"manager": manager, "operation": "Apply", "apiVersion": "v1",
+            "fieldsType": "FieldsV1", "fieldsV1": {"f:data": {"f:k": {}}}}])
+    }
+
+    #[test]
+    fn the_host_store_keeps_what_decisions_read_and_drops_the_rest() {
+        let meta = json!({"name": "cfg-x-web", "namespace": "tenant-acme", "uid": "h1",
+            "resourceVersion": "7", "labels": {"tenantplane.io/tenant": "acme"},
+            "annotations": {"tenantplane.io/digest": "d"},
+            "managedFields": managed_fields("tenantplane-syncer")});
+        let mut cm = dynamic(
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta,
+            "data": {"k": "a large value"}}),
+        );
+        trim_host_object(false, &mut cm);
+        let kept = to_value(&cm);
+        assert_eq!(kept["metadata"]["labels"], meta["labels"]);
+        assert_eq!(kept["metadata"]["annotations"], meta["annotations"]);
+        assert_eq!(kept["metadata"]["resourceVersion"], "7");
+        assert_eq!(kept.pointer("/metadata/managedFields"), None);
+        assert_eq!(kept.get("data"), None);
+
+        let mut svc = dynamic(
+            json!({"apiVersion": "v1", "kind": "Service", "metadata": meta,
+            "spec": {"clusterIP": "10.0.0.7"}, "status": {"loadBalancer": {}}}),
+        );
+        trim_host_object(true, &mut svc);
+        let kept = to_value(&svc);
+        assert_eq!(kept["spec"]["clusterIP"], "10.0.0.7", "cluster IPs flow up");
+        assert_eq!(
+            kept["status"],
+            json!({"loadBalancer": {}}),
+            "status flows up"
+        );
+
+        let mut pod = dynamic(json!({"apiVersion": "v1", "kind": "Pod", "metadata": meta,
+            "spec": {"containers": [{"name": "a", "image": "x"}]},
+            "status": {"phase": "Running"}}));
+        trim_host_object(false, &mut pod);
+        let kept = to_value(&pod);
+        assert_eq!(kept.get("spec"), None);
+        assert_eq!(kept["status"]["phase"], "Running");
+    }
+
+    #[test]
+    fn the_tenant_store_still_tells_who_wrote_an_object() {
+        let endpoints = |manager: &str| {
+            let mut e = dynamic(json!({"apiVersion": "v1", "kind": "Endpoints",
+                "metadata": {"name": "web", "namespace": "shop",
+                    "managedFields": managed_fields(manager)},
+                "subsets": [{"addresses": [{"ip": "10.0.0.9"}]}]}));
+            trim_tenant_object(&mut e);
+            to_value(&e)
+        };
+        let theirs = endpoints("endpoint-controller");
+        assert!(reconcile::written_by_another_manager(
+            &theirs,
+            FIELD_MANAGER
+        ));
+        assert!(!reconcile::written_by_another_manager(
+            &endpoints(FIELD_MANAGER),
+            FIELD_MANAGER
+        ));
+        assert_eq!(theirs.pointer("/metadata/managedFields/0/fieldsV1"), None);
+        assert_eq!(theirs["subsets"][0]["addresses"][0]["ip"], "10.0.0.9");
+    }
 
     fn host(uid: &str, rv: &str) -> Value {
         json!({"metadata": {"name": "p-x-web", "uid": uid, "resourceVersion": rv}})
