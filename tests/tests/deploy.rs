@@ -533,24 +533,34 @@ fn permits(grant: &Grant, need: &Grant) -> bool {
 }
 
 /// The label selector of the Tenant cleanup's sweep: it lists every kind the host serves and
-/// skips those it may not list, so a sweep list of a kind the syncer never otherwise touches
-/// needs no grant.
+/// skips those it may not list, so a sweep list of a kind the syncer never otherwise touches in
+/// that namespace (its shard Leases are elsewhere) needs no grant.
 const CLEANUP_SWEEP_SELECTOR: &str = "tenantplane.io/managed=true,tenantplane.io/tenant=";
 
 /// What the rules fail to grant, and what they grant that was never requested.
 fn compare(rules: &[Rule], requests: &[RecordedRequest]) -> (BTreeSet<Grant>, BTreeSet<Grant>) {
     let grants = expand(rules);
-    let touched: BTreeSet<(&str, &str)> = requests
+    let touched: BTreeSet<(&str, &str, Option<&str>)> = requests
         .iter()
         .filter(|r| r.verb != "list")
-        .map(|r| (r.api_group.as_str(), r.resource.as_str()))
+        .map(|r| {
+            (
+                r.api_group.as_str(),
+                r.resource.as_str(),
+                r.namespace.as_deref(),
+            )
+        })
         .collect();
     let tolerated = |r: &RecordedRequest| {
         r.verb == "list"
             && r.label_selector
                 .as_deref()
                 .is_some_and(|s| s.starts_with(CLEANUP_SWEEP_SELECTOR))
-            && !touched.contains(&(r.api_group.as_str(), r.resource.as_str()))
+            && !touched.contains(&(
+                r.api_group.as_str(),
+                r.resource.as_str(),
+                r.namespace.as_deref(),
+            ))
     };
     let needs: Vec<Grant> = requests
         .iter()
@@ -751,7 +761,35 @@ async fn the_syncer_rbac_grants_exactly_what_the_syncer_requests() {
     server.record_requests();
     let mut config = env.syncer_config().await.expect("syncer config");
     config.host_kubeconfig = Some(impersonating(&env.host.kubeconfig, &user));
-    let syncer = tokio::spawn(tenantplane_syncer::run(config));
+    // As deployed: a replica of a shard (Leases in the syncer's namespace), which releases its
+    // Lease when it stops.
+    config.shard = Some(
+        tenantplane_syncer::shard::ShardConfig::new(
+            "rbac",
+            tenantplane_e2e::SYSTEM_NAMESPACE,
+            std::time::Duration::from_secs(3),
+            std::time::Duration::from_millis(500),
+        )
+        .expect("shard settings"),
+    );
+    let life = |round: usize| {
+        let (config, env) = (config.clone(), &env);
+        async move {
+            let syncer = std::sync::Arc::new(
+                tenantplane_syncer::Syncer::new(config)
+                    .await
+                    .expect("syncer"),
+            );
+            let running = tokio::spawn({
+                let syncer = syncer.clone();
+                async move { syncer.run().await }
+            });
+            syncer_life(env, round).await;
+            running.abort();
+            let _ = running.await;
+            syncer.release().await;
+        }
+    };
     // Timing picks some paths: an update decided on a host cache that has not yet seen the
     // object's creation is retried, and under load the object can reach its new state without
     // the apply (patch) the scenario means to exercise. A second life, whose requests count
@@ -763,11 +801,10 @@ async fn the_syncer_rbac_grants_exactly_what_the_syncer_requests() {
             .filter(|r| r.user.as_deref() == Some(user.as_str()))
             .collect()
     };
-    syncer_life(&env, 1).await;
+    life(1).await;
     if !compare(&rules, &recorded()).1.is_empty() {
-        syncer_life(&env, 2).await;
+        life(2).await;
     }
-    syncer.abort();
     let requests = recorded();
     let requested: BTreeSet<String> = requests.iter().map(|r| needed(r).to_string()).collect();
     println!(

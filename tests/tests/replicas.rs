@@ -1,8 +1,15 @@
 //! Syncer lives and replicas against the harness's local API servers: a restarted syncer
-//! continues the Tenant's status counts.
+//! continues the Tenant's status counts; two replicas split the Tenants through Leases, each
+//! Tenant served by exactly one, and the survivor takes the Tenants of a replica that stops.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
 
 use serde_json::{Value, json};
-use tenantplane_e2e::{Env, create, eventually, get};
+use tenantplane_core::decision::{Decision, HostAction};
+use tenantplane_decision_log::{Filter, Query};
+use tenantplane_e2e::{Env, SYSTEM_NAMESPACE, create, eventually, get};
+use tenantplane_syncer::shard::ShardConfig;
 
 async fn counts(env: &Env, tenant: &str) -> Value {
     get(
@@ -58,4 +65,152 @@ async fn tenant_status_counts_continue_across_a_syncer_restart() {
         },
     )
     .await;
+}
+
+/// Every decision in the SQLite log at `url`.
+async fn logged(url: &str) -> Vec<Decision> {
+    let store = tenantplane_decision_log::open(url).await.unwrap();
+    store
+        .query(Query::new(Filter::default(), 100_000))
+        .await
+        .unwrap()
+        .entries
+        .into_iter()
+        .map(|e| e.decision)
+        .collect()
+}
+
+/// Create decisions about the host object `name` of each Tenant.
+fn creates_of(decisions: &[Decision], name: &str) -> BTreeMap<String, usize> {
+    let mut out = BTreeMap::new();
+    for d in decisions {
+        if d.action == HostAction::Create && d.target.as_ref().is_some_and(|t| t.name == name) {
+            *out.entry(d.tenant.clone()).or_default() += 1;
+        }
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_replicas_split_the_tenants_and_the_survivor_takes_over_a_stopped_one() {
+    let mut env = Env::start().await.unwrap();
+    env.stop_syncer().await;
+    let replicas = ["replica-a", "replica-b"];
+    let log_url = |id: &str| {
+        format!(
+            "sqlite:{}",
+            std::env::temp_dir()
+                .join(format!("tenantplane-replicas-{}-{id}.sqlite", env.run))
+                .display()
+        )
+    };
+    let mut tasks = BTreeMap::new();
+    for id in replicas {
+        let mut config = env.syncer_config().await.unwrap();
+        config.shard = Some(
+            ShardConfig::new(
+                id,
+                SYSTEM_NAMESPACE,
+                Duration::from_secs(3),
+                Duration::from_millis(500),
+            )
+            .unwrap(),
+        );
+        config.decision_log = Some(
+            tenantplane_syncer::record::open_log(&log_url(id))
+                .await
+                .unwrap(),
+        );
+        tasks.insert(id, tokio::spawn(tenantplane_syncer::run(config)));
+    }
+
+    let mut tenants = Vec::new();
+    for i in 0..4 {
+        tenants.push(env.create_tenant(&format!("shard{i}"), None).await.unwrap());
+    }
+    let ns = env.tenant_namespace("shop").await.unwrap();
+    let on_every_host = |name: String| {
+        let (env, tenants) = (&env, &tenants);
+        async move {
+            for t in tenants {
+                eventually(&format!("{name} in the host namespace of {t}"), || async {
+                    get(
+                        &env.host.client,
+                        "v1",
+                        "ConfigMap",
+                        Some(&format!("tenant-{t}")),
+                        &name,
+                    )
+                    .await
+                })
+                .await;
+            }
+        }
+    };
+    create(&env.tenant_cp.client, config_map(&ns, "before"))
+        .await
+        .unwrap();
+    on_every_host(format!("before-x-{ns}")).await;
+
+    // Each Tenant's decisions come from one replica, and its host object was created once.
+    let mut served_by: BTreeMap<String, BTreeSet<&str>> = BTreeMap::new();
+    for id in replicas {
+        for d in logged(&log_url(id)).await {
+            served_by.entry(d.tenant).or_default().insert(id);
+        }
+    }
+    for t in &tenants {
+        assert_eq!(
+            served_by.get(t).map(BTreeSet::len),
+            Some(1),
+            "{t} is served by exactly one replica: {served_by:?}"
+        );
+    }
+    let mut all = Vec::new();
+    for id in replicas {
+        all.extend(logged(&log_url(id)).await);
+    }
+    let before = creates_of(&all, &format!("before-x-{ns}"));
+    for t in &tenants {
+        assert_eq!(before.get(t), Some(&1), "one Create for {t}: {before:?}");
+    }
+
+    // The replica serving the most Tenants stops (as a crash would: its Lease is not released).
+    let count = |id: &str| served_by.values().filter(|s| s.contains(id)).count();
+    let (gone, survivor) = if count(replicas[0]) >= count(replicas[1]) {
+        (replicas[0], replicas[1])
+    } else {
+        (replicas[1], replicas[0])
+    };
+    let task = tasks.remove(gone).unwrap();
+    task.abort();
+    let _ = task.await;
+    create(&env.tenant_cp.client, config_map(&ns, "after"))
+        .await
+        .unwrap();
+    on_every_host(format!("after-x-{ns}")).await;
+
+    let survived = logged(&log_url(survivor)).await;
+    let after = creates_of(&survived, &format!("after-x-{ns}"));
+    let before_again = creates_of(&survived, &format!("before-x-{ns}"));
+    for t in &tenants {
+        assert_eq!(
+            after.get(t),
+            Some(&1),
+            "{survivor} created it for {t}: {after:?}"
+        );
+        assert_eq!(
+            before_again.get(t),
+            before.get(t).filter(|_| served_by[t].contains(survivor)),
+            "a taken-over Tenant's objects in place are not created again: {:#?}",
+            survived
+                .iter()
+                .filter(|d| &d.tenant == t)
+                .map(|d| (&d.subject.name, d.outcome, &d.reason, &d.message, d.time))
+                .collect::<Vec<_>>()
+        );
+    }
+    for id in replicas {
+        let _ = std::fs::remove_file(log_url(id).trim_start_matches("sqlite:"));
+    }
 }

@@ -194,6 +194,10 @@ mod tests {
             Duration::from_millis(2),
         );
         metrics.queue_depth("acme").set(7);
+        metrics.serving("acme", true);
+        metrics.serving("globex", true);
+        metrics.serving("globex", false);
+        metrics.shard_members(2);
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
         assert!(
@@ -216,6 +220,12 @@ mod tests {
             text.contains(r#"tenantplane_sync_queue_depth{tenant="acme"} 7"#),
             "{text}"
         );
+        assert!(
+            text.contains(r#"tenantplane_sync_tenant_served{tenant="acme"} 1"#)
+                && !text.contains(r#"tenant_served{tenant="globex"}"#),
+            "the Tenants this replica serves, and only those: {text}"
+        );
+        assert!(text.contains("tenantplane_sync_shard_members 2"), "{text}");
         metrics.forget_tenant("acme");
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
