@@ -745,7 +745,8 @@ impl Worker {
     }
 
     async fn process(&self, batch: &[Key]) {
-        let mut present: Vec<(Key, TenantObject)> = Vec::new();
+        // The keys and objects to plan, in the same order.
+        let (mut keys, mut objects): (Vec<Key>, Vec<TenantObject>) = (Vec::new(), Vec::new());
         for key in batch {
             if self.host_cache_behind(key) {
                 // Decided again when the host watch shows our write (its event queues the key),
@@ -766,7 +767,10 @@ impl Worker {
                         self.queue.push_after(key.clone(), OWN_WRITE_PATIENCE)
                     }
                     Ok(o) if self.still_settled(key, &o) => self.status_up_only(key, &o).await,
-                    Ok(o) => present.push((key.clone(), o)),
+                    Ok(o) => {
+                        keys.push(key.clone());
+                        objects.push(o);
+                    }
                     Err(e) => tracing::warn!(error = %e, "unreadable tenant object"),
                 },
                 None if self.tenant_cache_behind(key, None) => {
@@ -778,15 +782,15 @@ impl Worker {
                 }
             }
         }
-        if present.is_empty() {
+        if objects.is_empty() {
             return;
         }
         // One span per object, opened before planning so that the planner's span of each object
         // is its child; the batch's Plan call has a span of its own, linked to them.
         let started = Instant::now();
-        let spans: Vec<tracing::Span> = present
+        let spans: Vec<tracing::Span> = objects
             .iter()
-            .map(|(_, o)| {
+            .map(|o| {
                 let id = &o.identity;
                 trace::evaluation_span(
                     &self.placement.tenant,
@@ -811,14 +815,14 @@ impl Worker {
             "tenantplane.sync.plan_batch",
             otel.kind = "client",
             tenantplane.tenant = %self.placement.tenant,
-            tenantplane.batch.size = present.len(),
+            tenantplane.batch.size = objects.len(),
         );
         for span in &spans {
             batch_span.add_link(span.context().span().span_context().clone());
         }
-        let objects: Vec<TenantObject> = present.iter().map(|(_, o)| o.clone()).collect();
-        let host: Vec<HostObjectMeta> = present
+        let host: Vec<HostObjectMeta> = keys
             .iter()
+            .zip(&objects)
             .filter_map(|(key, o)| self.host_of(key, o).and_then(|v| reconcile::host_meta(&v)))
             .collect();
         let plans = self
@@ -834,20 +838,20 @@ impl Worker {
             .instrument(batch_span)
             .await;
         let plans = match plans {
-            Ok(p) if p.len() == present.len() => p,
+            Ok(p) if p.len() == objects.len() => p,
             Ok(p) => {
                 tracing::error!(
-                    asked = present.len(),
+                    asked = objects.len(),
                     got = p.len(),
                     "planner answered a different number of plans"
                 );
-                for (key, _) in &present {
+                for key in &keys {
                     self.backoff(key);
                 }
                 return;
             }
             Err(e) => {
-                for ((key, o), span) in present.iter().zip(spans) {
+                for ((key, o), span) in keys.iter().zip(&objects).zip(spans) {
                     let d = reconcile::deferred(
                         &self.placement,
                         o,
@@ -875,7 +879,7 @@ impl Worker {
             }
         };
         let batch_concurrency = self.shared.tuning.batch.max(1);
-        futures::stream::iter(present.into_iter().zip(plans).zip(spans))
+        futures::stream::iter(keys.into_iter().zip(objects).zip(plans).zip(spans))
             .for_each_concurrent(
                 batch_concurrency,
                 |(((key, object), plan), span)| async move {
