@@ -132,9 +132,12 @@ impl Context {
         }
     }
 
-    /// Stops the runtimes of the Tenants this replica no longer serves.
+    /// Stops the runtimes and status writers of the Tenants this replica no longer serves.
     async fn stop_unserved(&self) {
-        let names: Vec<String> = self.running.lock().await.keys().cloned().collect();
+        let mut names: Vec<String> = self.running.lock().await.keys().cloned().collect();
+        names.extend(self.books.lock().await.keys().cloned());
+        names.sort();
+        names.dedup();
         for name in names {
             if !self.serves(&name, true) {
                 self.stop_serving(&name).await;
@@ -271,9 +274,7 @@ async fn reconcile(tenant: Arc<Tenant>, ctx: Arc<Context>) -> Result<Action, Err
         let running = ctx.running.lock().await.contains_key(&name);
         if !shard.serves(&name, running) {
             // Another replica's, or not yet ours for a whole lease duration: look again soon.
-            if running {
-                ctx.stop_serving(&name).await;
-            }
+            ctx.stop_serving(&name).await;
             return Ok(Action::requeue(shard.renew_interval()));
         }
     }
