@@ -185,10 +185,17 @@ async fn two_replicas_split_the_tenants_and_the_survivor_takes_over_a_stopped_on
     let task = tasks.remove(gone).unwrap();
     task.abort();
     let _ = task.await;
+    let stopped = std::time::Instant::now();
     create(&env.tenant_cp.client, config_map(&ns, "after"))
         .await
         .unwrap();
     on_every_host(format!("after-x-{ns}")).await;
+    // A figure, not a limit (lease duration 3 s, renew 0.5 s: about twice the lease duration).
+    println!(
+        "{gone} stopped serving {} Tenants; {survivor} served them all again {:.1?} later",
+        count(gone),
+        stopped.elapsed()
+    );
 
     let survived = logged(&log_url(survivor)).await;
     let after = creates_of(&survived, &format!("after-x-{ns}"));

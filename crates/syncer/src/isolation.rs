@@ -224,18 +224,8 @@ impl Source {
     }
 
     /// A decision about `target` (the compiled host object), or about the compilation as a
-    /// whole when `target` is `None`; `field_path` is the profile fields that produced it.
-    #[allow(clippy::too_many_arguments)]
-    fn decision(
-        &self,
-        target: Option<&IsolationRef>,
-        outcome: Outcome,
-        action: HostAction,
-        field_path: &str,
-        reason: &str,
-        message: String,
-        stamp: Stamp,
-    ) -> Decision {
+    /// whole when `target` is `None`.
+    fn decision(&self, target: Option<&IsolationRef>, verdict: &Verdict, stamp: Stamp) -> Decision {
         Decision {
             id: stamp.id,
             time: stamp.time,
@@ -254,16 +244,16 @@ impl Source {
                 namespace: t.namespace.clone().unwrap_or_default(),
                 name: t.name.clone(),
             }),
-            outcome,
-            action,
+            outcome: verdict.outcome,
+            action: verdict.action,
             policy: None,
             profile: Some(ProfileRef {
                 name: self.profile.clone(),
                 generation: self.generation,
-                field_path: field_path.to_string(),
+                field_path: verdict.field_path.clone(),
             }),
-            reason: reason.into(),
-            message,
+            reason: verdict.reason.into(),
+            message: verdict.message.clone(),
             field_path: None,
             stripped_keys: Vec::new(),
             input_digest: self.digest.clone(),
@@ -296,16 +286,23 @@ enum Write {
     Delete(Option<String>),
 }
 
+/// What an isolation decision says, whoever it is about.
+#[derive(Debug)]
+struct Verdict {
+    outcome: Outcome,
+    action: HostAction,
+    /// The profile fields that produced the object, comma-separated.
+    field_path: String,
+    reason: &'static str,
+    message: String,
+}
+
 /// One compiled or pruned object that needs a write.
 #[derive(Debug)]
 struct Change {
     target: IsolationRef,
     api: Api<DynamicObject>,
-    outcome: Outcome,
-    action: HostAction,
-    field_path: String,
-    reason: &'static str,
-    message: String,
+    verdict: Verdict,
     write: Write,
 }
 
@@ -365,17 +362,19 @@ pub async fn apply(
             continue;
         }
         changes.push(Change {
-            action: if host.is_some() {
-                HostAction::Update
-            } else {
-                HostAction::Create
-            },
             target: r,
             api,
-            outcome: Outcome::Synced,
-            field_path: compiled_object.provenance.field_paths.join(","),
-            reason: "CompiledFromProfile",
-            message: compiled_object.provenance.explanation.clone(),
+            verdict: Verdict {
+                outcome: Outcome::Synced,
+                action: if host.is_some() {
+                    HostAction::Update
+                } else {
+                    HostAction::Create
+                },
+                field_path: compiled_object.provenance.field_paths.join(","),
+                reason: "CompiledFromProfile",
+                message: compiled_object.provenance.explanation.clone(),
+            },
             write: Write::Apply(object),
         });
     }
@@ -400,14 +399,16 @@ pub async fn apply(
         changes.push(Change {
             target: r.clone(),
             api,
-            outcome: Outcome::Deleted,
-            action: HostAction::Delete,
-            field_path: fields,
-            reason: "NoLongerCompiled",
-            message: format!(
-                "IsolationProfile {} (generation {}) no longer compiles {}: deleted",
-                source.profile, source.generation, r
-            ),
+            verdict: Verdict {
+                outcome: Outcome::Deleted,
+                action: HostAction::Delete,
+                field_path: fields,
+                reason: "NoLongerCompiled",
+                message: format!(
+                    "IsolationProfile {} (generation {}) no longer compiles {}: deleted",
+                    source.profile, source.generation, r
+                ),
+            },
             write: Write::Delete(host.metadata.uid),
         });
     }
@@ -415,20 +416,22 @@ pub async fn apply(
     if !changes.is_empty() {
         let compilation = source.decision(
             None,
-            Outcome::Synced,
-            HostAction::None,
-            "spec",
-            "IsolationProfileCompiled",
-            format!(
-                "IsolationProfile {} (generation {}) compiled for host namespace {}: {} objects, \
-                 {} to write, {} unchanged",
-                source.profile,
-                source.generation,
-                source.host_namespace,
-                compiled.objects.len(),
-                changes.len(),
-                result.unchanged
-            ),
+            &Verdict {
+                outcome: Outcome::Synced,
+                action: HostAction::None,
+                field_path: "spec".into(),
+                reason: "IsolationProfileCompiled",
+                message: format!(
+                    "IsolationProfile {} (generation {}) compiled for host namespace {}: {} \
+                     objects, {} to write, {} unchanged",
+                    source.profile,
+                    source.generation,
+                    source.host_namespace,
+                    compiled.objects.len(),
+                    changes.len(),
+                    result.unchanged
+                ),
+            },
             trace::stamp_in(&tracing::Span::current(), COMPONENT),
         );
         recorder
@@ -438,17 +441,13 @@ pub async fn apply(
             let span = trace::follow_up_span(&compilation);
             let decision = source.decision(
                 Some(&change.target),
-                change.outcome,
-                change.action,
-                &change.field_path,
-                change.reason,
-                change.message.clone(),
+                &change.verdict,
                 trace::stamp_in(&span, COMPONENT),
             );
             write(recorder, source, &change, &decision, started)
                 .instrument(span)
                 .await?;
-            match change.outcome {
+            match change.verdict.outcome {
                 Outcome::Deleted => result.pruned += 1,
                 _ => result.applied += 1,
             }
