@@ -5,6 +5,7 @@
 use std::fmt;
 
 use serde_json::Value;
+use serde_json::value::RawValue;
 
 use crate::parallel;
 
@@ -70,6 +71,14 @@ pub fn parse(source: &str, text: &str) -> Vec<Result<Document, DocumentError>> {
                 })
                 .collect()
         };
+    documents(source, raw)
+}
+
+/// The documents of an input from its values by document index, Lists and arrays expanded.
+fn documents(
+    source: &str,
+    raw: Vec<(usize, Result<Value, String>)>,
+) -> Vec<Result<Document, DocumentError>> {
     let mut out = Vec::with_capacity(raw.len());
     for (document, value) in raw {
         let origin = Origin {
@@ -152,7 +161,110 @@ fn split_yaml(text: &str) -> Vec<&str> {
     docs
 }
 
+/// Reads a JSON stream: split into its documents and the items of its arrays and `kind: List`s by
+/// a quick scan, then parsed on every core. Anything the split cannot account for exactly (a
+/// syntax error, a document that does not parse on its own, a List whose `kind` or `items` are
+/// not plain, an item nested deep enough to meet the parser's depth limit) is read in one pass
+/// as before, so that errors keep their wording and position.
 fn parse_json_stream(text: &str) -> Vec<(usize, Result<Value, String>)> {
+    parse_json_split(text).unwrap_or_else(|| parse_json_whole(text))
+}
+
+/// A JSON document as split: parsed whole, or an array or List parsed item by item.
+enum JsonPart<'a> {
+    Whole(&'a str),
+    Array(Vec<&'a RawValue>),
+    List(&'a str, Vec<&'a RawValue>),
+}
+
+/// The fields of a `kind: List` the split looks at.
+#[derive(serde::Deserialize)]
+struct ListShape<'a> {
+    kind: Option<&'a str>,
+    #[serde(borrow)]
+    items: Option<&'a RawValue>,
+}
+
+/// serde_json refuses more than 127 nested arrays and objects. An item parsed on its own has the
+/// whole budget, inside its List (an object and an array) two less, so deeper items are left to
+/// the one-pass reader and refused there as before.
+const MAX_ITEM_NESTING: usize = 125;
+
+fn parse_json_split(text: &str) -> Option<Vec<(usize, Result<Value, String>)>> {
+    let documents = serde_json::Deserializer::from_str(text)
+        .into_iter::<&RawValue>()
+        .collect::<Result<Vec<_>, _>>()
+        .ok()?;
+    let parts: Vec<JsonPart> = documents
+        .into_iter()
+        .map(|raw| split_document(raw.get()))
+        .collect();
+    let texts: Vec<&str> = parts
+        .iter()
+        .flat_map(|part| match part {
+            JsonPart::Whole(text) => vec![*text],
+            JsonPart::Array(items) | JsonPart::List(_, items) => {
+                items.iter().map(|i| i.get()).collect()
+            }
+        })
+        .collect();
+    let mut values =
+        parallel::map_in_order(&texts, |text| serde_json::from_str::<Value>(text).ok()).into_iter();
+    let mut out = Vec::with_capacity(parts.len());
+    for (i, part) in parts.iter().enumerate() {
+        let value = match part {
+            JsonPart::Whole(_) => values.next()??,
+            JsonPart::Array(items) | JsonPart::List(_, items) => {
+                let items = values
+                    .by_ref()
+                    .take(items.len())
+                    .map(|v| v.filter(|v| nesting(v) <= MAX_ITEM_NESTING))
+                    .collect::<Option<Vec<_>>>()?;
+                match part {
+                    // What the List expands to: its items (the rest of it is not read).
+                    JsonPart::List(kind, _) => Value::Object(serde_json::Map::from_iter([
+                        ("kind".to_string(), Value::from(*kind)),
+                        ("items".to_string(), Value::Array(items)),
+                    ])),
+                    _ => Value::Array(items),
+                }
+            }
+        };
+        out.push((i + 1, Ok(value)));
+    }
+    Some(out)
+}
+
+/// How a document is split: a non-empty array or a List with an `items` list item by item,
+/// anything else whole.
+fn split_document(text: &str) -> JsonPart<'_> {
+    if text.starts_with('[') {
+        if let Ok(items) = serde_json::from_str(text) {
+            return JsonPart::Array(items);
+        }
+    } else if let Ok(ListShape {
+        kind: Some(kind),
+        items: Some(items),
+    }) = serde_json::from_str(text)
+        && (kind == "List" || kind.ends_with("List"))
+        && items.get().starts_with('[')
+        && let Ok(items) = serde_json::from_str(items.get())
+    {
+        return JsonPart::List(kind, items);
+    }
+    JsonPart::Whole(text)
+}
+
+/// Depth of the deepest array or object in a value (0 for a scalar).
+fn nesting(value: &Value) -> usize {
+    match value {
+        Value::Array(items) => 1 + items.iter().map(nesting).max().unwrap_or(0),
+        Value::Object(map) => 1 + map.values().map(nesting).max().unwrap_or(0),
+        _ => 0,
+    }
+}
+
+fn parse_json_whole(text: &str) -> Vec<(usize, Result<Value, String>)> {
     let mut out = Vec::new();
     let mut stream = serde_json::Deserializer::from_str(text).into_iter::<Value>();
     let mut document = 0;
@@ -195,6 +307,39 @@ mod tests {
         assert_eq!(docs.len(), 2);
         let docs = parse("-", "[{\"a\":1},{\"b\":2}]");
         assert_eq!(docs[1].as_ref().unwrap().origin.item, Some(1));
+    }
+
+    #[test]
+    fn json_read_on_every_core_is_read_as_in_one_pass() {
+        let nested = |n: usize| format!("{}1{}", "[".repeat(n), "]".repeat(n));
+        let split = [
+            r#"{"apiVersion":"v1","kind":"List","items":[{"a":1},{"b":[2,{"c":null}]}]}"#
+                .to_string(),
+            r#"[{"a":1},[{"b":2}],"s"] {"kind":"PodList","items":[]} 3"#.to_string(),
+            format!(r#"{{"kind":"List","items":[{}]}}"#, nested(125)),
+        ];
+        let whole = [
+            r#"{"kind":"ConfigMapList","items":null} {"kind":"List"}"#.to_string(),
+            r#"{"kind":"List","items":{"a":1}}"#.to_string(),
+            r#"{"kind":"List","items":[1],"items":[{"x":1}]}"#.to_string(),
+            r#"{"kind":"L\u0069st","items":[{"a":1}]}"#.to_string(),
+            r#"{"a":1} {"b": oops} {"c":3}"#.to_string(),
+            format!(r#"{{"kind":"List","items":[{}]}}"#, nested(126)),
+            format!(r#"[{}]"#, nested(127)),
+        ];
+        for text in split.iter().chain(&whole) {
+            assert_eq!(
+                documents("f", parse_json_stream(text)),
+                documents("f", parse_json_whole(text)),
+                "{text}"
+            );
+        }
+        assert!(split.iter().all(|text| parse_json_split(text).is_some()));
+        assert!(
+            whole[4..]
+                .iter()
+                .all(|text| parse_json_split(text).is_none())
+        );
     }
 
     #[test]
