@@ -2,11 +2,13 @@
 //!
 //! `cargo bench -p tenantplane-core --bench planner` prints criterion's figures; throughput is
 //! reported per object. `place` is the mapping alone; `plan` adds the default SyncPolicy's
-//! verdict (CEL for Pods) and the collision check.
+//! verdict (CEL for Pods) and the collision check; `decide` adds the decision record (id, time,
+//! input digest) that explain-sync prints for each object.
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use serde_json::json;
 use std::hint::black_box;
+use tenantplane_core::decision::Stamp;
 use tenantplane_core::mapping::{TenantPlacement, place};
 use tenantplane_core::planner::HostState;
 use tenantplane_core::{CompiledPolicy, Planner, TenantObject};
@@ -56,6 +58,17 @@ fn bench(c: &mut Criterion) {
         b.iter(|| {
             for p in planner.plan_all(&objs, &host) {
                 black_box(p);
+            }
+        })
+    });
+    group.bench_function("decide (plan + decision record)", |b| {
+        b.iter(|| {
+            for (p, o) in planner.plan_all(&objs, &host).zip(&objs) {
+                black_box(p.to_decision(
+                    planner.tenant(),
+                    o,
+                    Stamp::now("tenantplane explain-sync"),
+                ));
             }
         })
     });

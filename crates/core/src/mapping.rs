@@ -25,7 +25,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use tenantplane_api::{Tenant, provenance};
 
-use crate::object::{SourceIdentity, TenantObject};
+use crate::object::{SourceIdentity, TenantObject, string_entries};
 
 mod metadata;
 
@@ -231,28 +231,32 @@ pub fn place(tenant: &TenantPlacement, object: &TenantObject) -> Placement {
         &id.name,
     );
 
+    // Provenance entries in key order, so that they append to the maps without a search.
     let mut stripped_keys = Vec::new();
-    let label_provenance = [
-        (provenance::MANAGED, "true"),
-        (provenance::TENANT, tenant.tenant.as_str()),
-        (provenance::SOURCE_NAMESPACE, id.namespace.as_str()),
-        (provenance::SOURCE_UID, id.uid.as_str()),
-    ];
+    let metadata = object.object.get("metadata");
+    let uid = (!id.uid.is_empty()).then_some((provenance::SOURCE_UID, id.uid.as_str()));
     let labels = host_metadata(
-        || object.labels(),
+        string_entries(metadata, "labels"),
         "label",
-        &label_provenance[..if id.uid.is_empty() { 3 } else { 4 }],
+        [
+            (provenance::MANAGED, "true"),
+            (provenance::SOURCE_NAMESPACE, id.namespace.as_str()),
+        ]
+        .into_iter()
+        .chain(uid)
+        .chain([(provenance::TENANT, tenant.tenant.as_str())]),
         &mut stripped_keys,
     );
     let annotations = host_metadata(
-        || object.annotations(),
+        string_entries(metadata, "annotations"),
         "annotation",
-        &[
+        [
+            (provenance::MAPPING_VERSION, MAPPING_VERSION),
             (provenance::SOURCE_API_VERSION, id.api_version.as_str()),
             (provenance::SOURCE_KIND, id.kind.as_str()),
             (provenance::SOURCE_NAME, id.name.as_str()),
-            (provenance::MAPPING_VERSION, MAPPING_VERSION),
-        ],
+        ]
+        .into_iter(),
         &mut stripped_keys,
     );
 
@@ -270,17 +274,18 @@ pub fn place(tenant: &TenantPlacement, object: &TenantObject) -> Placement {
 
 /// The tenant's own labels or annotations (`what`), minus the reserved keys, which are listed in
 /// `stripped_keys`, plus tenantplane's provenance entries.
-fn host_metadata<'a, I: Iterator<Item = (&'a str, &'a str)>>(
-    own: impl Fn() -> I,
+fn host_metadata<'a>(
+    own: impl Iterator<Item = (&'a str, &'a str)> + Clone,
     what: &str,
-    provenance: &[(&'a str, &'a str)],
+    provenance: impl Iterator<Item = (&'a str, &'a str)> + Clone,
     stripped_keys: &mut Vec<String>,
 ) -> MetadataMap {
-    let (entries, text) = own()
-        .chain(provenance.iter().copied())
+    let (entries, text) = own
+        .clone()
+        .chain(provenance.clone())
         .fold((0, 0), |(n, len), (k, v)| (n + 1, len + k.len() + v.len()));
     let mut map = MetadataMap::with_capacity(entries, text);
-    for (k, v) in own() {
+    for (k, v) in own {
         if provenance::is_reserved(k) {
             stripped_keys.push(format!("{what} {k}"));
         } else {

@@ -147,8 +147,15 @@ impl TenantObject {
 }
 
 fn string_map<'a>(object: &'a Value, field: &str) -> impl Iterator<Item = (&'a str, &'a str)> {
-    object
-        .get("metadata")
+    string_entries(object.get("metadata"), field)
+}
+
+/// The string entries of the map `field` of `metadata` (labels or annotations).
+pub(crate) fn string_entries<'a>(
+    metadata: Option<&'a Value>,
+    field: &str,
+) -> impl Iterator<Item = (&'a str, &'a str)> + Clone {
+    metadata
         .and_then(|m| m.get(field))
         .and_then(Value::as_object)
         .into_iter()

@@ -2,6 +2,7 @@
 //! then a decision. This is the computation the planner service serves, the syncer acts on and
 //! `tenantplane explain-sync` prints.
 
+use std::cell::RefCell;
 use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize};
@@ -202,48 +203,72 @@ impl Plan {
 
 /// `sha256:` of the object's JSON (serde_json keeps object keys sorted, so it is canonical).
 pub fn input_digest(object: &serde_json::Value) -> String {
-    let json = serde_json::to_vec(object).expect("a JSON value always serializes");
-    format!("sha256:{}", hex::encode(Sha256::digest(json)))
+    thread_local! {
+        /// The JSON of the last object digested on this thread, kept for its capacity.
+        static JSON: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+    }
+    let digest = JSON.with_borrow_mut(|json| {
+        json.clear();
+        serde_json::to_writer(&mut *json, object).expect("a JSON value always serializes");
+        Sha256::digest(json)
+    });
+    let mut hex = [0; 64];
+    hex::encode_to_slice(digest, &mut hex).expect("a SHA-256 digest is 32 bytes");
+    [
+        "sha256:",
+        std::str::from_utf8(&hex).expect("hex digits are ASCII"),
+    ]
+    .concat()
 }
 
 /// A snapshot of host objects, looked up by (API group, kind, namespace, name).
 #[derive(Clone, Debug, Default)]
 pub struct HostState {
-    objects: HashMap<(String, String, String, String), HostObjectMeta>,
+    /// By name, then the few objects of other kinds or namespaces sharing it: looking a
+    /// placement up allocates nothing.
+    objects: HashMap<String, Vec<HostObjectMeta>>,
+}
+
+/// Whether two host objects have the same (API group, kind, namespace); the name is the map key.
+fn same_slot(meta: &HostObjectMeta, api_version: &str, kind: &str, namespace: &str) -> bool {
+    group_of(&meta.api_version) == group_of(api_version)
+        && meta.kind == kind
+        && meta.namespace == namespace
 }
 
 impl HostState {
     /// Adds a host object (a later one at the same key replaces an earlier one).
     pub fn insert(&mut self, meta: HostObjectMeta) {
-        let key = (
-            group_of(&meta.api_version).to_string(),
-            meta.kind.clone(),
-            meta.namespace.clone(),
-            meta.name.clone(),
-        );
-        self.objects.insert(key, meta);
+        let slot = self.objects.entry(meta.name.clone()).or_default();
+        match slot
+            .iter_mut()
+            .find(|m| same_slot(m, &meta.api_version, &meta.kind, &meta.namespace))
+        {
+            Some(earlier) => *earlier = meta,
+            None => slot.push(meta),
+        }
     }
 
     /// The host object at a placement's target, if any.
     pub fn get(&self, placement: &Placement) -> Option<&HostObjectMeta> {
-        // Allocation-free lookups would need a borrowed key type; host state is small next to
-        // the tenant objects, so the clone is not on the hot path of large explain runs.
-        self.objects.get(&(
-            group_of(&placement.api_version).to_string(),
-            placement.kind.clone(),
-            placement.namespace.clone(),
-            placement.name.clone(),
-        ))
+        self.objects.get(placement.name.as_str())?.iter().find(|m| {
+            same_slot(
+                m,
+                &placement.api_version,
+                &placement.kind,
+                &placement.namespace,
+            )
+        })
     }
 
     /// Every host object, in no particular order.
     pub fn iter(&self) -> impl Iterator<Item = &HostObjectMeta> {
-        self.objects.values()
+        self.objects.values().flatten()
     }
 
     /// Number of host objects.
     pub fn len(&self) -> usize {
-        self.objects.len()
+        self.objects.values().map(Vec::len).sum()
     }
 
     /// Whether there are none.

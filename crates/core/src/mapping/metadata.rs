@@ -44,6 +44,13 @@ impl MetadataMap {
             key_end,
             end: self.text.len(),
         };
+        // Keys mostly come in order (from a JSON map, then provenance in key order): append
+        // without a search when the key sorts last.
+        let last = self.entries.last().map(|e| self.key_of(e));
+        if last.is_none_or(|last| last < key) {
+            self.entries.push(entry);
+            return;
+        }
         match self.position(key) {
             // The replaced value's text stays in the buffer, unused: replacing only happens when a
             // map is collected from pairs with repeated keys.
