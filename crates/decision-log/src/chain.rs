@@ -233,9 +233,16 @@ fn write_canonical(value: &Value, out: &mut String) {
 /// [`canonical_json`], and a field added to [`Decision`] fails that test until it is written
 /// here too.
 pub fn canonical_record(decision: &Decision) -> Result<String, Error> {
-    let d = decision;
     let mut out = Vec::with_capacity(1024);
-    let mut o = Object::open(&mut out);
+    canonical_record_into(decision, &mut out)?;
+    String::from_utf8(out).map_err(|e| Error::Corrupt(format!("record is not UTF-8: {e}")))
+}
+
+/// Appends the canonical JSON of `decision` to `out` (an append writes a whole batch's records
+/// into one buffer).
+pub(crate) fn canonical_record_into(decision: &Decision, out: &mut Vec<u8>) -> Result<(), Error> {
+    let d = decision;
+    let mut o = Object::open(out);
     o.field("action", &d.action)?;
     o.field("component", &d.component)?;
     o.field("componentVersion", &d.component_version)?;
@@ -285,7 +292,7 @@ pub fn canonical_record(decision: &Decision) -> Result<String, Error> {
     o.field("time", &d.time)?;
     o.optional("traceId", &d.trace_id)?;
     o.close();
-    String::from_utf8(out).map_err(|e| Error::Corrupt(format!("record is not UTF-8: {e}")))
+    Ok(())
 }
 
 /// A JSON object being written: fields go in the order they are given, which the caller keeps

@@ -32,30 +32,66 @@ pub struct IndexColumns {
     pub rule: String,
 }
 
-impl IndexColumns {
+/// The index columns of a decision, borrowed from it: what an append binds to the row and
+/// what Watch filters on, without copying the text.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct IndexRef<'a> {
+    pub id: &'a str,
+    pub time_us: i64,
+    pub tenant: &'a str,
+    pub subject_kind: &'a str,
+    pub subject_namespace: &'a str,
+    pub subject_name: &'a str,
+    pub host_kind: &'a str,
+    pub host_namespace: &'a str,
+    pub host_name: &'a str,
+    pub outcome: &'static str,
+    pub rule: &'a str,
+}
+
+impl<'a> IndexRef<'a> {
     /// What the columns hold for `decision`.
-    pub fn of(decision: &Decision) -> IndexColumns {
+    pub(crate) fn of(decision: &'a Decision) -> IndexRef<'a> {
         let (host_kind, host_namespace, host_name) = decision
             .target
             .as_ref()
             .map_or(("", "", ""), |t| (&*t.kind, &*t.namespace, &*t.name));
-        let rule = decision
-            .policy
-            .as_ref()
-            .and_then(|p| p.rule.as_deref())
-            .unwrap_or("");
-        IndexColumns {
-            id: decision.id.clone(),
+        IndexRef {
+            id: &decision.id,
             time_us: decision.time.as_microsecond(),
-            tenant: decision.tenant.clone(),
-            subject_kind: decision.subject.kind.clone(),
-            subject_namespace: decision.subject.namespace.clone(),
-            subject_name: decision.subject.name.clone(),
-            host_kind: host_kind.to_string(),
-            host_namespace: host_namespace.to_string(),
-            host_name: host_name.to_string(),
-            outcome: decision.outcome.as_str().to_string(),
-            rule: rule.to_string(),
+            tenant: &decision.tenant,
+            subject_kind: &decision.subject.kind,
+            subject_namespace: &decision.subject.namespace,
+            subject_name: &decision.subject.name,
+            host_kind,
+            host_namespace,
+            host_name,
+            outcome: decision.outcome.as_str(),
+            rule: decision
+                .policy
+                .as_ref()
+                .and_then(|p| p.rule.as_deref())
+                .unwrap_or(""),
+        }
+    }
+}
+
+impl IndexColumns {
+    /// What the columns hold for `decision`.
+    pub fn of(decision: &Decision) -> IndexColumns {
+        let c = IndexRef::of(decision);
+        IndexColumns {
+            id: c.id.to_string(),
+            time_us: c.time_us,
+            tenant: c.tenant.to_string(),
+            subject_kind: c.subject_kind.to_string(),
+            subject_namespace: c.subject_namespace.to_string(),
+            subject_name: c.subject_name.to_string(),
+            host_kind: c.host_kind.to_string(),
+            host_namespace: c.host_namespace.to_string(),
+            host_name: c.host_name.to_string(),
+            outcome: c.outcome.to_string(),
+            rule: c.rule.to_string(),
         }
     }
 

@@ -55,6 +55,9 @@ pub enum Error {
     /// The URL names no known backend.
     #[error("unsupported decision log URL {0:?}: use sqlite:PATH, a file path, or postgres://...")]
     Url(String),
+    /// A parameter of the URL that the backend does not know or a value it does not take.
+    #[error("decision log URL parameter {0}")]
+    UrlParameter(String),
     /// Stored data that cannot be read back.
     #[error("corrupt log: {0}")]
     Corrupt(String),

@@ -3,20 +3,23 @@
 //! Appends lock the single chain head row (`SELECT ... FOR UPDATE`) in their transaction, so
 //! replicas append one batch at a time and sequences are gap-free in commit order: a reader
 //! that has seen link `n` committed never later sees a link below `n` appear. A batch is
-//! inserted by one statement, its columns sent as arrays. Reads go through a second connection, so a
-//! long query never waits behind an append.
+//! streamed in by one binary `COPY`. Reads go through a second connection, so a long query
+//! never waits behind an append.
+
+use std::pin::pin;
 
 use k8s_openapi::jiff::Timestamp;
 use tenantplane_core::decision::Decision;
 use tokio::sync::{Mutex, watch};
-use tokio_postgres::types::ToSql;
-use tokio_postgres::{Client, GenericClient, NoTls, Row};
+use tokio_postgres::binary_copy::BinaryCopyInWriter;
+use tokio_postgres::types::{ToSql, Type};
+use tokio_postgres::{Client, GenericClient, NoTls, Row, Transaction};
 
 use crate::Error;
 use crate::chain::{Checkpoint, Entry, Head, Link};
 use crate::index::IndexColumns;
 use crate::query::{Page, Query};
-use crate::sql::{self, POSTGRES, SqlValue};
+use crate::sql::{self, POSTGRES, SqlRef, SqlValue};
 use crate::store::{
     Appended, DecisionStore, Retention, StoreFuture, age_limit, head_signal, retention_cutoff,
 };
@@ -46,29 +49,41 @@ fn params(values: Vec<SqlValue>) -> Params {
         .collect()
 }
 
-/// The rows of a batch as one array parameter per column (for
-/// [`sql::INSERT_DECISIONS_UNNEST`]); a column's type is that of its first row's value.
-fn columns(rows: Vec<Vec<SqlValue>>) -> Params {
-    let mut columns: Vec<(Vec<i64>, Vec<String>)> = Vec::new();
-    for row in rows {
-        columns.resize_with(row.len(), Default::default);
-        for (value, (ints, texts)) in row.into_iter().zip(&mut columns) {
-            match value {
-                SqlValue::Int(i) => ints.push(i),
-                SqlValue::Text(t) => texts.push(t),
-            }
-        }
+/// The column types of [`sql::copy_decisions`], in [`sql::ChainedBatch::row`] order: `seq`
+/// and `time_us` are BIGINT, everything else TEXT.
+const ROW_TYPES: [Type; sql::ROW_VALUES] = [
+    Type::INT8,
+    Type::TEXT,
+    Type::INT8,
+    Type::TEXT,
+    Type::TEXT,
+    Type::TEXT,
+    Type::TEXT,
+    Type::TEXT,
+    Type::TEXT,
+    Type::TEXT,
+    Type::TEXT,
+    Type::TEXT,
+    Type::TEXT,
+    Type::TEXT,
+    Type::TEXT,
+];
+
+/// Streams the rows of `batch` into the table with one binary `COPY`.
+async fn copy_rows(tx: &Transaction<'_>, batch: &sql::ChainedBatch<'_>) -> Result<(), Error> {
+    let sink = tx.copy_in(&sql::copy_decisions()).await?;
+    let mut writer = pin!(BinaryCopyInWriter::new(sink, &ROW_TYPES));
+    for i in 0..batch.len() {
+        let row = batch.row(i);
+        let values: [&(dyn ToSql + Sync); sql::ROW_VALUES] =
+            std::array::from_fn(|c| match &row[c] {
+                SqlRef::Int(n) => n as &(dyn ToSql + Sync),
+                SqlRef::Text(t) => t as &(dyn ToSql + Sync),
+            });
+        writer.as_mut().write(&values).await?;
     }
-    columns
-        .into_iter()
-        .map(|(ints, texts)| -> Box<dyn ToSql + Sync + Send> {
-            if texts.is_empty() {
-                Box::new(ints)
-            } else {
-                Box::new(texts)
-            }
-        })
-        .collect()
+    writer.finish().await?;
+    Ok(())
 }
 
 fn refs(params: &Params) -> Vec<&(dyn ToSql + Sync)> {
@@ -204,10 +219,8 @@ impl DecisionStore for PostgresStore {
                 read_head(&tx, &sql::lock_head(&POSTGRES)).await?,
                 &decisions,
             )?;
-            if !batch.rows.is_empty() {
-                let columns = columns(batch.rows);
-                tx.execute(sql::INSERT_DECISIONS_UNNEST, &refs(&columns))
-                    .await?;
+            if batch.len() > 0 {
+                copy_rows(&tx, &batch).await?;
             }
             let head = params(sql::head_row(&batch.head));
             tx.execute(sql::UPDATE_HEAD, &refs(&head)).await?;

@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 use tenantplane_core::decision::{Decision, Outcome};
 
 use crate::chain::Entry;
-use crate::index::IndexColumns;
+use crate::index::IndexRef;
 
 /// An object selector: each part that is set must match.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -80,14 +80,14 @@ impl Filter {
     /// True when `d` matches, by the same rules as the SQL a store runs for a query on the
     /// index columns (Watch filters entries in memory with this).
     pub fn matches(&self, d: &Decision) -> bool {
-        let c = IndexColumns::of(d);
+        let c = IndexRef::of(d);
         self.tenant.as_deref().is_none_or(|t| t == c.tenant)
             && self
                 .subject
-                .matches(&c.subject_kind, &c.subject_namespace, &c.subject_name)
+                .matches(c.subject_kind, c.subject_namespace, c.subject_name)
             && self
                 .host
-                .matches(&c.host_kind, &c.host_namespace, &c.host_name)
+                .matches(c.host_kind, c.host_namespace, c.host_name)
             && (self.outcomes.is_empty() || self.outcomes.contains(&d.outcome))
             && self.rule.as_deref().is_none_or(|r| r == c.rule)
             && self.since.is_none_or(|t| c.time_us >= t.as_microsecond())

@@ -8,8 +8,8 @@
 use tenantplane_core::decision::Decision;
 
 use crate::Error;
-use crate::chain::{Checkpoint, Head, Link};
-use crate::index::IndexColumns;
+use crate::chain::{Checkpoint, Head, canonical_json, canonical_record_into, link_hash};
+use crate::index::IndexRef;
 use crate::query::{Filter, ObjectFilter, Query};
 use crate::store::Appended;
 
@@ -127,23 +127,38 @@ pub(crate) fn lock_head(dialect: &Dialect) -> String {
 /// Moves the chain head.
 pub(crate) const UPDATE_HEAD: &str = "UPDATE chain_head SET seq = $1, hash = $2 WHERE id = 1";
 
-/// Inserts one link; values from [`row`].
-pub(crate) const INSERT_DECISION: &str = "INSERT INTO decisions (seq, id, time_us, tenant, \
-     subject_kind, subject_namespace, subject_name, host_kind, host_namespace, host_name, \
-     outcome, rule, prev_hash, hash, record) \
-     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)";
+/// The columns of a `decisions` row in the order [`ChainedBatch::row`] gives their values.
+const DECISION_COLUMNS: &str = "seq, id, time_us, tenant, subject_kind, subject_namespace, \
+     subject_name, host_kind, host_namespace, host_name, outcome, rule, prev_hash, hash, record";
 
-/// Inserts a whole batch in one statement (PostgreSQL): one array per column of
-/// [`INSERT_DECISION`], in the same order, unnested into rows. One statement instead of one per
-/// row saves the server a parse, bind and execute per decision.
-pub(crate) const INSERT_DECISIONS_UNNEST: &str = "INSERT INTO decisions (seq, id, time_us, \
-     tenant, subject_kind, subject_namespace, subject_name, host_kind, host_namespace, host_name, \
-     outcome, rule, prev_hash, hash, record) \
-     SELECT * FROM UNNEST($1::bigint[], $2::text[], $3::bigint[], $4::text[], $5::text[], \
-     $6::text[], $7::text[], $8::text[], $9::text[], $10::text[], $11::text[], $12::text[], \
-     $13::text[], $14::text[], $15::text[])";
+/// Values in one `decisions` row.
+pub(crate) const ROW_VALUES: usize = 15;
 
-/// The columns every read returns, in the order [`Link`] is built from.
+/// Inserts `rows` links in one statement (`VALUES (...), (...)`); values from
+/// [`ChainedBatch::row`], row after row. One statement for many rows saves SQLite a statement
+/// execution (step, reset, clearing bindings) per decision.
+pub(crate) fn insert_decisions(rows: usize) -> String {
+    let mut text = format!("INSERT INTO decisions ({DECISION_COLUMNS}) VALUES ");
+    for r in 0..rows {
+        text.push_str(if r == 0 { "(" } else { ", (" });
+        for v in 0..ROW_VALUES {
+            if v > 0 {
+                text.push_str(", ");
+            }
+            text.push_str(&format!("${}", r * ROW_VALUES + v + 1));
+        }
+        text.push(')');
+    }
+    text
+}
+
+/// Streams a batch into the table (PostgreSQL): binary `COPY`, one row per decision with the
+/// values of [`ChainedBatch::row`]. The server neither parses SQL per row nor unpacks arrays.
+pub(crate) fn copy_decisions() -> String {
+    format!("COPY decisions ({DECISION_COLUMNS}) FROM STDIN (FORMAT binary)")
+}
+
+/// The columns every read returns, in the order [`Link`](crate::chain::Link) is built from.
 const LINK_COLUMNS: &str = "seq, prev_hash, hash, record";
 
 /// One link by decision id.
@@ -155,7 +170,7 @@ pub(crate) const LINKS_AFTER: &str =
     "SELECT seq, prev_hash, hash, record FROM decisions WHERE seq > $1 ORDER BY seq LIMIT $2";
 
 /// Links after a sequence with their index columns as stored, in order (verify); the
-/// columns after the link's are those of [`IndexColumns`], in order.
+/// columns after the link's are those of [`IndexColumns`](crate::index::IndexColumns), in order.
 pub(crate) const INDEXED_LINKS_AFTER: &str = "SELECT seq, prev_hash, hash, record, id, time_us, \
      tenant, subject_kind, subject_namespace, subject_name, host_kind, host_namespace, host_name, \
      outcome, rule FROM decisions WHERE seq > $1 ORDER BY seq LIMIT $2";
@@ -195,61 +210,110 @@ impl From<&str> for SqlValue {
     }
 }
 
-/// The values of [`INSERT_DECISION`] for `link`, which records `decision`.
-fn row(link: Link, decision: &Decision) -> Vec<SqlValue> {
-    let index = IndexColumns::of(decision);
-    vec![
-        SqlValue::Int(to_i64(link.sequence)),
-        SqlValue::Text(index.id),
-        SqlValue::Int(index.time_us),
-        SqlValue::Text(index.tenant),
-        SqlValue::Text(index.subject_kind),
-        SqlValue::Text(index.subject_namespace),
-        SqlValue::Text(index.subject_name),
-        SqlValue::Text(index.host_kind),
-        SqlValue::Text(index.host_namespace),
-        SqlValue::Text(index.host_name),
-        SqlValue::Text(index.outcome),
-        SqlValue::Text(index.rule),
-        SqlValue::Text(link.prev_hash),
-        SqlValue::Text(link.hash),
-        SqlValue::Text(link.record),
-    ]
+/// A value of a `decisions` row, borrowed from the decision or the batch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum SqlRef<'a> {
+    /// BIGINT.
+    Int(i64),
+    /// TEXT.
+    Text(&'a str),
 }
 
-/// A batch chained after `head`: the rows of [`INSERT_DECISION`], where each decision landed,
-/// and the new head. Both backends append through this, so the chain is computed in one place.
-pub(crate) struct ChainedBatch {
-    /// One row per decision, in order.
-    pub rows: Vec<Vec<SqlValue>>,
+/// A batch chained after a head: each decision's canonical record and link hash, where each
+/// landed, and the new head. Both backends append through this, so the chain is computed in
+/// one place; rows are bound from it without copying the decisions' text.
+pub(crate) struct ChainedBatch<'a> {
+    decisions: &'a [Decision],
+    /// The batch's canonical records, one after another; record `i` ends at `ends[i]`.
+    records: String,
+    ends: Vec<usize>,
+    /// The hash the first link chains to.
+    first_prev_hash: String,
     /// Where each decision landed.
     pub appended: Vec<Appended>,
     /// The head after the batch.
     pub head: Head,
 }
 
-/// Chains `decisions` after `head`.
-pub(crate) fn chain_batch(head: Head, decisions: &[Decision]) -> Result<ChainedBatch, Error> {
-    let mut batch = ChainedBatch {
-        rows: Vec::with_capacity(decisions.len()),
-        appended: Vec::with_capacity(decisions.len()),
-        head,
-    };
-    for d in decisions {
-        let link = Link::new(d, batch.head.sequence, &batch.head.hash)?;
-        batch.appended.push(Appended {
-            id: d.id.clone(),
-            sequence: link.sequence,
-            hash: link.hash.clone(),
-        });
-        batch.head = Head {
-            sequence: link.sequence,
-            hash: link.hash.clone(),
-        };
-        // The row takes the record over rather than copying it.
-        batch.rows.push(row(link, d));
+impl ChainedBatch<'_> {
+    /// How many links the batch holds.
+    pub fn len(&self) -> usize {
+        self.decisions.len()
     }
-    Ok(batch)
+
+    /// The values of link `i`'s row, in [`DECISION_COLUMNS`] order.
+    pub fn row(&self, i: usize) -> [SqlRef<'_>; ROW_VALUES] {
+        let c = IndexRef::of(&self.decisions[i]);
+        let start = if i == 0 { 0 } else { self.ends[i - 1] };
+        let prev_hash = match i {
+            0 => &self.first_prev_hash,
+            _ => &self.appended[i - 1].hash,
+        };
+        [
+            SqlRef::Int(to_i64(self.appended[i].sequence)),
+            SqlRef::Text(c.id),
+            SqlRef::Int(c.time_us),
+            SqlRef::Text(c.tenant),
+            SqlRef::Text(c.subject_kind),
+            SqlRef::Text(c.subject_namespace),
+            SqlRef::Text(c.subject_name),
+            SqlRef::Text(c.host_kind),
+            SqlRef::Text(c.host_namespace),
+            SqlRef::Text(c.host_name),
+            SqlRef::Text(c.outcome),
+            SqlRef::Text(c.rule),
+            SqlRef::Text(prev_hash),
+            SqlRef::Text(&self.appended[i].hash),
+            SqlRef::Text(&self.records[start..self.ends[i]]),
+        ]
+    }
+}
+
+/// Chains `decisions` after `head`: writes their canonical records into one buffer, then hashes
+/// each link over its record and the previous link's hash.
+pub(crate) fn chain_batch(head: Head, decisions: &[Decision]) -> Result<ChainedBatch<'_>, Error> {
+    let mut records = Vec::with_capacity(decisions.len() * 1024);
+    let mut ends = Vec::with_capacity(decisions.len());
+    for d in decisions {
+        canonical_record_into(d, &mut records)?;
+        ends.push(records.len());
+    }
+    let records = String::from_utf8(records)
+        .map_err(|e| Error::Corrupt(format!("record is not UTF-8: {e}")))?;
+    let mut appended: Vec<Appended> = Vec::with_capacity(decisions.len());
+    let mut start = 0;
+    for (d, &end) in decisions.iter().zip(&ends) {
+        let record = &records[start..end];
+        start = end;
+        debug_assert_eq!(
+            record,
+            canonical_json(&serde_json::to_value(d)?),
+            "canonical_record must write what canonical_json does"
+        );
+        let prev_hash = appended.last().map_or(head.hash.as_str(), |a| &a.hash);
+        let sequence = head.sequence + appended.len() as u64 + 1;
+        let hash = link_hash(sequence, prev_hash, record);
+        appended.push(Appended {
+            id: d.id.clone(),
+            sequence,
+            hash,
+        });
+    }
+    let new_head = match appended.last() {
+        Some(last) => Head {
+            sequence: last.sequence,
+            hash: last.hash.clone(),
+        },
+        None => head.clone(),
+    };
+    Ok(ChainedBatch {
+        decisions,
+        records,
+        ends,
+        first_prev_hash: head.hash,
+        appended,
+        head: new_head,
+    })
 }
 
 /// The values of [`UPDATE_HEAD`].

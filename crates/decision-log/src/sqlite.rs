@@ -1,11 +1,11 @@
-//! The embedded backend: one SQLite file in WAL mode with `synchronous = FULL`, so a commit
-//! is on disk when it returns. One writer connection (appends take the database write lock
+//! The embedded backend: one SQLite file in WAL mode with `synchronous = FULL` by default, so
+//! a commit is on disk when it returns ([`Durability`]). One writer connection (appends take the database write lock
 //! with `BEGIN IMMEDIATE`, which also serializes writers in other processes) and a small pool
 //! of reader connections, which WAL lets read while the writer commits. rusqlite is
 //! synchronous: every call runs on tokio's blocking pool.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, LazyLock, Mutex};
 
 use k8s_openapi::jiff::Timestamp;
 use rusqlite::types::{ToSqlOutput, Value};
@@ -17,10 +17,19 @@ use crate::Error;
 use crate::chain::{Checkpoint, Entry, Head, Link};
 use crate::index::IndexColumns;
 use crate::query::{Page, Query};
-use crate::sql::{self, SQLITE, SqlValue};
+use crate::sql::{self, SQLITE, SqlRef, SqlValue};
 use crate::store::{
     Appended, DecisionStore, Retention, StoreFuture, age_limit, head_signal, retention_cutoff,
 };
+
+impl ToSql for SqlRef<'_> {
+    fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {
+        Ok(match *self {
+            SqlRef::Int(i) => ToSqlOutput::Owned(Value::Integer(i)),
+            SqlRef::Text(s) => ToSqlOutput::Borrowed(s.into()),
+        })
+    }
+}
 
 impl ToSql for SqlValue {
     fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {
@@ -37,6 +46,39 @@ const WRITER_CACHE_KIB: i64 = -65_536;
 /// WAL pages after which a commit copies the WAL back into the database.
 const WAL_CHECKPOINT_PAGES: i64 = 16_384;
 
+/// How a SQLite commit is made durable (`PRAGMA synchronous`), chosen by the URL's
+/// `?synchronous=full|normal`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Durability {
+    /// `synchronous = FULL`, the default: every commit fsyncs the WAL, so a batch whose
+    /// `append` returned survives a crash of the process, of the OS and a power loss.
+    #[default]
+    Full,
+    /// `synchronous = NORMAL`: the WAL is fsynced only at checkpoints. A committed batch
+    /// survives a crash of the process (the kill -9 test) but an OS crash or power loss may lose
+    /// the last batches, while host objects written after them carry their ids: the log stays
+    /// a verifiable chain, only shorter than what the syncer acted on.
+    Normal,
+}
+
+impl Durability {
+    /// Reads the `synchronous` URL parameter.
+    pub fn parse(value: &str) -> Option<Durability> {
+        match value.to_ascii_lowercase().as_str() {
+            "full" => Some(Durability::Full),
+            "normal" => Some(Durability::Normal),
+            _ => None,
+        }
+    }
+
+    fn pragma(self) -> &'static str {
+        match self {
+            Durability::Full => "FULL",
+            Durability::Normal => "NORMAL",
+        }
+    }
+}
+
 /// A decision log in a SQLite file.
 #[derive(Clone, Debug)]
 pub struct SqliteStore {
@@ -52,11 +94,21 @@ struct Inner {
 }
 
 impl SqliteStore {
-    /// Opens (creating if needed) the log at `path` and migrates its schema.
+    /// Opens (creating if needed) the log at `path` and migrates its schema; commits are
+    /// [`Durability::Full`].
     pub async fn open(path: impl AsRef<Path>) -> Result<SqliteStore, Error> {
+        SqliteStore::open_with(path, Durability::Full).await
+    }
+
+    /// Opens the log at `path`, its commits made durable as `durability` says.
+    pub async fn open_with(
+        path: impl AsRef<Path>,
+        durability: Durability,
+    ) -> Result<SqliteStore, Error> {
         let path = path.as_ref().to_path_buf();
         blocking(move || {
             let mut writer = connect(&path)?;
+            writer.pragma_update(None, "synchronous", durability.pragma())?;
             // Appends dirty index pages all over the file; a larger cache keeps them in
             // memory between batches instead of reading them back, and a larger WAL lets a
             // page changed by many batches be copied back to the database once per checkpoint.
@@ -127,7 +179,7 @@ fn connect(path: &Path) -> Result<Connection, Error> {
     let conn = Connection::open(path)?;
     conn.busy_timeout(std::time::Duration::from_secs(10))?;
     conn.pragma_update(None, "journal_mode", "WAL")?;
-    conn.pragma_update(None, "synchronous", "FULL")?;
+    conn.pragma_update(None, "synchronous", Durability::Full.pragma())?;
     Ok(conn)
 }
 
@@ -223,6 +275,31 @@ fn optional_i64(conn: &Connection, sql: &str, values: Vec<SqlValue>) -> Result<O
         .flatten())
 }
 
+/// Rows one INSERT statement takes: 32 × 15 = 480 values (SQLite allows 32,766).
+const ROWS_PER_INSERT: usize = 32;
+
+static INSERT_MANY: LazyLock<String> = LazyLock::new(|| sql::insert_decisions(ROWS_PER_INSERT));
+static INSERT_ONE: LazyLock<String> = LazyLock::new(|| sql::insert_decisions(1));
+
+/// Inserts the rows of `batch`, [`ROWS_PER_INSERT`] per statement and the rest one by one.
+fn insert_rows(conn: &Connection, batch: &sql::ChainedBatch<'_>) -> Result<(), Error> {
+    let mut many = conn.prepare_cached(&INSERT_MANY)?;
+    let mut one = conn.prepare_cached(&INSERT_ONE)?;
+    let mut next = 0;
+    while next < batch.len() {
+        let (statement, rows) = if batch.len() - next >= ROWS_PER_INSERT {
+            (&mut many, ROWS_PER_INSERT)
+        } else {
+            (&mut one, 1)
+        };
+        statement.execute(params_from_iter(
+            (next..next + rows).flat_map(|i| batch.row(i)),
+        ))?;
+        next += rows;
+    }
+    Ok(())
+}
+
 impl DecisionStore for SqliteStore {
     fn append_batch(&self, decisions: Vec<Decision>) -> StoreFuture<'_, Vec<Appended>> {
         Box::pin(async move {
@@ -230,12 +307,7 @@ impl DecisionStore for SqliteStore {
                 .write(move |conn| {
                     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
                     let batch = sql::chain_batch(read_head(&tx)?, &decisions)?;
-                    {
-                        let mut insert = tx.prepare_cached(sql::INSERT_DECISION)?;
-                        for row in batch.rows {
-                            insert.execute(params_from_iter(row))?;
-                        }
-                    }
+                    insert_rows(&tx, &batch)?;
                     tx.prepare_cached(sql::UPDATE_HEAD)?
                         .execute(params_from_iter(sql::head_row(&batch.head)))?;
                     tx.commit()?;

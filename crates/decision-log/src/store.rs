@@ -16,7 +16,7 @@ use crate::chain::{Checkpoint, Entry, Head, Link, Verifier, VerifyReport};
 use crate::index::IndexColumns;
 use crate::postgres::PostgresStore;
 use crate::query::{Page, Query};
-use crate::sqlite::SqliteStore;
+use crate::sqlite::{Durability, SqliteStore};
 
 /// What a store method returns.
 pub type StoreFuture<'a, T> = BoxFuture<'a, Result<T, Error>>;
@@ -73,21 +73,44 @@ pub trait DecisionStore: Send + Sync + fmt::Debug {
 }
 
 /// Opens the store a URL names, creating or migrating its schema:
-/// `sqlite:PATH`, `sqlite://PATH` or a plain file path for SQLite, and
-/// `postgres://...` or `postgresql://...` for PostgreSQL.
+/// `sqlite:PATH`, `sqlite://PATH` or a plain file path for SQLite (with
+/// `?synchronous=normal` for [`Durability::Normal`]), and `postgres://...` or
+/// `postgresql://...` for PostgreSQL.
 pub async fn open(url: &str) -> Result<Arc<dyn DecisionStore>, Error> {
     if url.starts_with("postgres://") || url.starts_with("postgresql://") {
         Ok(Arc::new(PostgresStore::connect(url).await?))
     } else {
-        let path = url
-            .strip_prefix("sqlite://")
-            .or_else(|| url.strip_prefix("sqlite:"))
-            .unwrap_or(url);
-        if path.is_empty() || path.contains("://") {
-            return Err(Error::Url(url.to_string()));
-        }
-        Ok(Arc::new(SqliteStore::open(path).await?))
+        let (path, durability) = sqlite_location(url)?;
+        Ok(Arc::new(SqliteStore::open_with(path, durability).await?))
     }
+}
+
+/// The file and durability a SQLite URL names.
+fn sqlite_location(url: &str) -> Result<(&str, Durability), Error> {
+    let rest = url
+        .strip_prefix("sqlite://")
+        .or_else(|| url.strip_prefix("sqlite:"))
+        .unwrap_or(url);
+    let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
+    if path.is_empty() || path.contains("://") {
+        return Err(Error::Url(url.to_string()));
+    }
+    let mut durability = Durability::Full;
+    for param in query.split('&').filter(|p| !p.is_empty()) {
+        durability = match param.split_once('=') {
+            Some(("synchronous", value)) => Durability::parse(value).ok_or_else(|| {
+                Error::UrlParameter(format!(
+                    "synchronous={value} in {url:?}: use synchronous=full or synchronous=normal"
+                ))
+            })?,
+            _ => {
+                return Err(Error::UrlParameter(format!(
+                    "{param:?} in {url:?}: the only SQLite parameter is synchronous=full|normal"
+                )));
+            }
+        };
+    }
+    Ok((path, durability))
 }
 
 /// How many links verification and export read per round trip.
@@ -164,6 +187,31 @@ pub(crate) fn head_signal(initial: u64) -> watch::Sender<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sqlite_urls_name_the_file_and_durability() {
+        let at = |url| sqlite_location(url).map_err(|e| e.to_string());
+        assert_eq!(
+            at("sqlite:/var/log.db"),
+            Ok(("/var/log.db", Durability::Full))
+        );
+        assert_eq!(
+            at("sqlite:///abs/log.db?synchronous=NORMAL"),
+            Ok(("/abs/log.db", Durability::Normal))
+        );
+        assert_eq!(
+            at("log.db?synchronous=full"),
+            Ok(("log.db", Durability::Full))
+        );
+        let bad = at("sqlite:log.db?synchronous=off").unwrap_err();
+        assert!(
+            bad.contains("use synchronous=full or synchronous=normal"),
+            "{bad}"
+        );
+        let unknown = at("sqlite:log.db?cache=big").unwrap_err();
+        assert!(unknown.contains("\"cache=big\""), "{unknown}");
+        assert!(at("sqlite:").is_err());
+    }
 
     #[test]
     fn retention_keeps_the_newest_links() {
