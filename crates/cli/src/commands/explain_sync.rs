@@ -357,68 +357,102 @@ fn summary(results: &[Explained]) -> String {
 
 /// The table explain-sync prints (and `--planner` mode prints identically).
 pub fn write_table(out: &mut impl Write, results: &[Explained]) -> std::io::Result<()> {
-    let mut rows = vec![[
-        "SOURCE".to_string(),
-        "HOST".to_string(),
-        "ACTION".to_string(),
-        "OUTCOME".to_string(),
-        "RULE".to_string(),
-        "REASON".to_string(),
-    ]];
+    let mut table = Table::with_rows(results.len() + 1);
+    for header in ["SOURCE", "HOST", "ACTION", "OUTCOME", "RULE", "REASON"] {
+        table.cell(format_args!("{header}"));
+    }
     for r in results {
-        rows.push(match (&r.planned, &r.error) {
+        match (&r.planned, &r.error) {
             (Some(p), _) => {
                 let d = &p.decision;
-                let target = d
-                    .target
-                    .as_ref()
-                    .map_or("-".to_string(), |t| format!("{}/{}", t.namespace, t.name));
-                let rule = match d.policy.as_ref() {
+                let (kind, namespace, name) =
+                    (&d.subject.kind, &d.subject.namespace, &d.subject.name);
+                table.cell(format_args!("{kind}/{namespace}/{name}"));
+                match &d.target {
+                    Some(t) => table.cell(format_args!("{}/{}", t.namespace, t.name)),
+                    None => table.cell(format_args!("-")),
+                }
+                table.cell(format_args!("{}", d.action.as_str()));
+                table.cell(format_args!("{}", d.outcome));
+                match &d.policy {
                     Some(policy) => match &policy.rule {
-                        Some(rule) => format!("{}/{}", policy.name, rule),
-                        None => format!("{}/(default)", policy.name),
+                        Some(rule) => table.cell(format_args!("{}/{rule}", policy.name)),
+                        None => table.cell(format_args!("{}/(default)", policy.name)),
                     },
-                    None => "-".to_string(),
-                };
-                [
-                    format!(
-                        "{}/{}/{}",
-                        d.subject.kind, d.subject.namespace, d.subject.name
-                    ),
-                    target,
-                    d.action.as_str().to_string(),
-                    d.outcome.to_string(),
-                    rule,
-                    match d.stripped_keys.len() {
-                        0 => d.reason.clone(),
-                        n => format!("{} ({n} reserved tenantplane.io/ keys stripped)", d.reason),
-                    },
-                ]
+                    None => table.cell(format_args!("-")),
+                }
+                match d.stripped_keys.len() {
+                    0 => table.cell(format_args!("{}", d.reason)),
+                    n => table.cell(format_args!(
+                        "{} ({n} reserved tenantplane.io/ keys stripped)",
+                        d.reason
+                    )),
+                }
             }
-            (None, Some(e)) => [
-                r.origin.clone(),
-                "-".to_string(),
-                "none".to_string(),
-                "Error".to_string(),
-                "-".to_string(),
-                e.problem.clone(),
-            ],
+            (None, Some(e)) => {
+                for cell in [r.origin.as_str(), "-", "none", "Error", "-", &e.problem] {
+                    table.cell(format_args!("{cell}"));
+                }
+            }
             (None, None) => unreachable!("every result is planned or an error"),
-        });
-    }
-    let widths: Vec<usize> = (0..6)
-        .map(|i| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0))
-        .collect();
-    for row in &rows {
-        let mut line = String::new();
-        for (i, cell) in row.iter().enumerate() {
-            if i == row.len() - 1 {
-                line.push_str(cell);
-            } else {
-                line.push_str(&format!("{cell:<w$}   ", w = widths[i]));
-            }
         }
-        writeln!(out, "{}", line.trim_end())?;
     }
-    Ok(())
+    table.write(out)
+}
+
+/// Rows of [`Table::COLUMNS`] cells, all in one string, printed in aligned columns.
+struct Table {
+    /// Every cell's text, one after the other.
+    text: String,
+    /// Where each cell ends in `text`.
+    ends: Vec<usize>,
+    /// Width in characters of each column's widest cell.
+    widths: [usize; Table::COLUMNS],
+}
+
+impl Table {
+    const COLUMNS: usize = 6;
+
+    fn with_rows(rows: usize) -> Self {
+        Table {
+            text: String::new(),
+            ends: Vec::with_capacity(rows * Self::COLUMNS),
+            widths: [0; Self::COLUMNS],
+        }
+    }
+
+    /// Adds the next cell, filling rows left to right.
+    fn cell(&mut self, content: std::fmt::Arguments<'_>) {
+        use std::fmt::Write as _;
+
+        let start = self.text.len();
+        self.text
+            .write_fmt(content)
+            .expect("writing to a String cannot fail");
+        let column = self.ends.len() % Self::COLUMNS;
+        let width = self.text[start..].chars().count();
+        self.widths[column] = self.widths[column].max(width);
+        self.ends.push(self.text.len());
+    }
+
+    /// Each row on a line, each cell but the last padded to its column's width plus three
+    /// spaces, trailing spaces trimmed.
+    fn write(&self, out: &mut impl Write) -> std::io::Result<()> {
+        let mut line = String::new();
+        let mut start = 0;
+        for row in self.ends.chunks(Self::COLUMNS) {
+            line.clear();
+            for (column, &end) in row.iter().enumerate() {
+                let cell = &self.text[start..end];
+                start = end;
+                line.push_str(cell);
+                if column < Self::COLUMNS - 1 {
+                    let pad = self.widths[column] - cell.chars().count() + 3;
+                    line.extend(std::iter::repeat_n(' ', pad));
+                }
+            }
+            writeln!(out, "{}", line.trim_end())?;
+        }
+        Ok(())
+    }
 }
