@@ -112,6 +112,9 @@ fn main() {
         }
         let remote_rate = planned as f64 / start.elapsed().as_secs_f64();
 
+        // Where a batch's time goes: the halves measured one by one, in process.
+        let halves = halves(&tenant, &batch).await;
+
         println!("Plan over gRPC on loopback (plaintext), default policy, {BATCH}-object batches");
         println!(
             "single object round trip: p50 {:.3} ms, p99 {:.3} ms ({SINGLE_CALLS} calls)",
@@ -123,5 +126,77 @@ fn main() {
             "over gRPC:   {remote_rate:>10.0} objects/s ({:.0}% of in process)",
             remote_rate / local_rate * 100.0
         );
+        println!("one {BATCH}-object batch, piece by piece (ms):");
+        for (name, time) in halves {
+            println!(
+                "  {name:<44} {:>8.3}",
+                time.as_secs_f64() * 1e3 / BATCHES as f64
+            );
+        }
     });
+}
+
+/// The pieces of one remote batch, each timed over [`BATCHES`] runs: the client's JSON encoding,
+/// the protobuf encoding and decoding both ways, the service's handler, the client's conversion.
+async fn halves(tenant: &Tenant, batch: &[TenantObject]) -> Vec<(&'static str, Duration)> {
+    use prost::Message;
+    use tenantplane_grpc::convert::{from_proto, to_proto};
+    use tenantplane_proto::planner::v1::planner_server::Planner as _;
+    use tenantplane_proto::planner::v1::{PlanRequest, PlanResponse};
+
+    let service = PlannerService::new();
+    let mut times = [Duration::ZERO; 7];
+    let mut response_bytes = 0;
+    // Run 0 warms the policy cache and is not counted.
+    for run in 0..=BATCHES {
+        let mut laps = [Instant::now(); 8];
+        let request = PlanRequest {
+            tenant: Some(to_proto::tenant(tenant)),
+            objects: batch
+                .iter()
+                .map(|o| serde_json::to_vec(&o.object).unwrap())
+                .collect(),
+            ..Default::default()
+        };
+        laps[1] = Instant::now();
+        let request = PlanRequest::decode(request.encode_to_vec().as_slice()).unwrap();
+        laps[2] = Instant::now();
+        let response = service.plan(tonic::Request::new(request)).await.unwrap();
+        laps[3] = Instant::now();
+        let bytes = response.into_inner().encode_to_vec();
+        laps[4] = Instant::now();
+        let response = PlanResponse::decode(bytes.as_slice()).unwrap();
+        laps[5] = Instant::now();
+        let planned: Vec<_> = response
+            .plans
+            .iter()
+            .enumerate()
+            .map(|(i, p)| from_proto::object_plan(&format!("plans[{i}]"), p).unwrap())
+            .collect();
+        laps[6] = Instant::now();
+        drop((response, planned));
+        laps[7] = Instant::now();
+        response_bytes = bytes.len();
+        if run > 0 {
+            for (i, total) in times.iter_mut().enumerate() {
+                *total += laps[i + 1] - laps[i];
+            }
+        }
+    }
+    println!(
+        "response: {} bytes per object",
+        response_bytes / batch.len()
+    );
+    [
+        "client: objects to JSON bytes",
+        "protobuf: request encode + decode",
+        "server: Planner::plan handler",
+        "server: response encode (and drop)",
+        "client: response decode",
+        "client: response to Plan + Decision",
+        "client: drop response and plans",
+    ]
+    .into_iter()
+    .zip(times)
+    .collect()
 }

@@ -5,7 +5,7 @@ use tenantplane_api::Tenant;
 use tenantplane_core::collision::HostObjectMeta;
 use tenantplane_core::decision::PolicyRef;
 use tenantplane_core::mapping::Provenance;
-use tenantplane_core::{Decision, Plan, TenantObject};
+use tenantplane_core::{Decision, Plan, TenantObject, parallel};
 use tenantplane_grpc::FieldError;
 use tenantplane_grpc::convert::{from_proto, to_proto};
 use tenantplane_proto::planner::v1::planner_client;
@@ -117,6 +117,11 @@ impl PlannerClient {
             )));
         }
         let host_objects: Vec<Vec<u8>> = host.iter().map(host_object_json).collect();
+        // Encoding objects and decoding plans are per-object work: large batches use every core.
+        let mut json = parallel::map_in_order(objects, |object| {
+            serde_json::to_vec(&object.object).expect("a JSON value serializes")
+        })
+        .into_iter();
         let mut planned = Vec::with_capacity(objects.len());
         let mut start = 0;
         while start < objects.len() {
@@ -128,15 +133,14 @@ impl PlannerClient {
                 trace_contexts: Vec::new(),
             };
             let mut bytes = 0;
-            for object in &objects[start..] {
-                let json = serde_json::to_vec(&object.object).expect("a JSON value serializes");
+            while let Some(next) = json.as_slice().first() {
                 let full = request.objects.len() >= MAX_OBJECTS_PER_REQUEST
-                    || bytes + json.len() > MAX_OBJECT_BYTES_PER_REQUEST;
+                    || bytes + next.len() > MAX_OBJECT_BYTES_PER_REQUEST;
                 if full && !request.objects.is_empty() {
                     break;
                 }
-                bytes += json.len();
-                request.objects.push(json);
+                bytes += next.len();
+                request.objects.extend(json.next());
             }
             let sent = request.objects.len();
             if !trace_contexts.is_empty() {
@@ -150,8 +154,11 @@ impl PlannerClient {
                 )
                 .into());
             }
-            for (i, p) in response.plans.iter().enumerate() {
-                let (plan, decision) = from_proto::object_plan(&format!("plans[{i}]"), p)?;
+            let plans: Vec<_> = response.plans.iter().enumerate().collect();
+            for result in parallel::map_in_order(&plans, |&(i, p)| {
+                from_proto::object_plan(&format!("plans[{i}]"), p)
+            }) {
+                let (plan, decision) = result?;
                 planned.push(PlannedObject { plan, decision });
             }
             start += sent;

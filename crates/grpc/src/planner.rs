@@ -7,12 +7,13 @@ use tenantplane_api::Tenant;
 use tenantplane_core::collision::HostObjectMeta;
 use tenantplane_core::decision::Stamp;
 use tenantplane_core::mapping::{self, ProvenanceError};
+use tenantplane_core::parallel;
 use tenantplane_core::planner::HostState;
 use tenantplane_core::{CompiledPolicy, ENGINE_VERSION, MAPPING_VERSION, Planner, TenantObject};
 use tenantplane_proto::planner::v1::planner_server::{self, PlannerServer};
 use tenantplane_proto::planner::v1::{
     ExplainHostObjectRequest, ExplainHostObjectResponse, GetVersionRequest, GetVersionResponse,
-    Ownership, PlanRequest, PlanResponse,
+    ObjectPlan, Ownership, PlanRequest, PlanResponse,
 };
 use tenantplane_proto::types::v1 as types;
 use tonic::{Request, Response, Status};
@@ -50,11 +51,7 @@ impl PlannerService {
         let default = CompiledPolicy::builtin_default();
         PlannerService {
             cache: Arc::default(),
-            default_policy: Arc::new(to_proto::policy_ref(
-                default.name(),
-                default.revision(),
-                None,
-            )),
+            default_policy: Arc::new(to_proto::policy_ref(default.name(), default.revision())),
         }
     }
 
@@ -93,18 +90,11 @@ impl PlannerService {
         self.cache.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn plan_batch(&self, request: &PlanRequest) -> Result<PlanResponse, RequestError> {
+    /// Plans a batch: each object is read, planned, recorded and converted on one of the cores
+    /// (large batches are cut into one run per core, answered in request order), so the
+    /// per-object work of a big batch uses the whole machine, as explain-sync does.
+    fn plan_batch(&self, request: PlanRequest) -> Result<PlanResponse, RequestError> {
         let tenant = from_proto::tenant(request.tenant.as_ref())?;
-        let objects = request
-            .objects
-            .iter()
-            .enumerate()
-            .map(|(i, bytes)| {
-                let at = format!("objects[{i}]");
-                let value = from_proto::json_object(&at, bytes)?;
-                TenantObject::from_value(value).map_err(|error| RequestError::Object { at, error })
-            })
-            .collect::<Result<Vec<_>, _>>()?;
         let mut host = HostState::default();
         for (i, bytes) in request.host_objects.iter().enumerate() {
             let at = format!("host_objects[{i}]");
@@ -114,40 +104,29 @@ impl PlannerService {
                     .map_err(|error| RequestError::Object { at, error })?,
             );
         }
-        if !request.trace_contexts.is_empty() && request.trace_contexts.len() != objects.len() {
+        let traces = &request.trace_contexts;
+        if !traces.is_empty() && traces.len() != request.objects.len() {
             return Err(FieldError::new(
                 "trace_contexts",
                 format!(
                     "has {} entries for {} objects; send none or one per object",
-                    request.trace_contexts.len(),
-                    objects.len()
+                    traces.len(),
+                    request.objects.len()
                 ),
             )
             .into());
         }
         let planner = self.planner(&tenant, &request.sync_policy)?;
-        let mut planned = planner.plan_all(&objects, &host);
-        let mut plans = Vec::with_capacity(objects.len());
-        for (i, object) in objects.iter().enumerate() {
-            // The caller's decision span of this object, when it sent one: planning it is a
-            // child span there, so each decision's trace shows its own planning.
-            let span = request
-                .trace_contexts
-                .get(i)
-                .and_then(|parent| object_span(object, parent));
-            let _entered = span.as_ref().map(tracing::Span::enter);
-            let plan = planned.next().expect("plan_all yields one plan per object");
-            if let Some(span) = &span {
-                span.record("tenantplane.decision.outcome", plan.outcome.as_str());
-                span.record("tenantplane.decision.reason", plan.reason.as_str());
-            }
-            let decision = plan.to_decision(planner.tenant(), object, Stamp::now(COMPONENT));
-            plans.push(to_proto::object_plan(&object.identity, &plan, &decision));
-        }
+        let objects: Vec<_> = request.objects.iter().enumerate().collect();
+        let plans = parallel::map_in_order(&objects, |&(i, bytes)| {
+            plan_object(&planner, &host, bytes, i, traces.get(i))
+        })
+        .into_iter()
+        .collect::<Result<_, _>>()?;
         let policy = planner.policy();
         Ok(PlanResponse {
             plans,
-            policy: Some(to_proto::policy_ref(policy.name(), policy.revision(), None)),
+            policy: Some(to_proto::policy_ref(policy.name(), policy.revision())),
         })
     }
 
@@ -196,6 +175,34 @@ impl PlannerService {
 /// Name of the span the planner opens per object whose trace context the request carries.
 pub const PLAN_OBJECT_SPAN: &str = "tenantplane.planner.plan_object";
 
+/// Reads, plans and records `objects[i]` (JSON `bytes`), in a child span of the caller's span
+/// for it when the request carries its trace context, so each decision's trace shows its own
+/// planning.
+fn plan_object(
+    planner: &Planner,
+    host: &HostState,
+    bytes: &[u8],
+    i: usize,
+    trace_context: Option<&String>,
+) -> Result<ObjectPlan, RequestError> {
+    let at = format!("objects[{i}]");
+    let value = from_proto::json_object(&at, bytes)?;
+    let object =
+        TenantObject::from_value(value).map_err(|error| RequestError::Object { at, error })?;
+    let span = trace_context.and_then(|parent| object_span(&object, parent));
+    let _entered = span.as_ref().map(tracing::Span::enter);
+    let plan = planner
+        .plan_all([&object], host)
+        .next()
+        .expect("plan_all yields one plan per object");
+    if let Some(span) = &span {
+        span.record("tenantplane.decision.outcome", plan.outcome.as_str());
+        span.record("tenantplane.decision.reason", plan.reason.as_str());
+    }
+    let decision = plan.to_decision(planner.tenant(), &object, Stamp::now(COMPONENT));
+    Ok(to_proto::object_plan(object.identity, plan, decision))
+}
+
 /// The span of planning one object, a child of the caller's span for it; `None` when `parent` is
 /// not a valid `traceparent`.
 fn object_span(object: &TenantObject, parent: &str) -> Option<tracing::Span> {
@@ -214,7 +221,7 @@ fn object_span(object: &TenantObject, parent: &str) -> Option<tracing::Span> {
 #[tonic::async_trait]
 impl planner_server::Planner for PlannerService {
     async fn plan(&self, request: Request<PlanRequest>) -> Result<Response<PlanResponse>, Status> {
-        Ok(Response::new(self.plan_batch(request.get_ref())?))
+        Ok(Response::new(self.plan_batch(request.into_inner())?))
     }
 
     async fn explain_host_object(

@@ -19,76 +19,93 @@ pub fn tenant(tenant: &Tenant) -> types::TenantRef {
     }
 }
 
-/// The plan of one tenant object with its decision.
-pub fn object_plan(
-    source: &SourceIdentity,
-    plan: &Plan,
-    decision: &Decision,
-) -> planner::ObjectPlan {
+/// The plan of one tenant object with its decision, moved into the response (the server builds
+/// them for the response alone, so nothing is copied).
+pub fn object_plan(source: SourceIdentity, plan: Plan, decision: Decision) -> planner::ObjectPlan {
+    let Plan {
+        placement,
+        verdict,
+        collision,
+        outcome,
+        action,
+        reason,
+        message,
+    } = plan;
     planner::ObjectPlan {
         source: Some(source_identity(source)),
-        placement: Some(placement(&plan.placement)),
-        verdict: Some(verdict(&plan.verdict)),
-        collision: plan.collision.as_ref().map(collision),
-        outcome: outcome(plan.outcome).into(),
-        action: host_action(plan.action).into(),
-        reason: plan.reason.clone(),
-        message: plan.message.clone(),
-        decision: Some(self::decision(decision)),
+        placement: Some(self::placement(placement)),
+        verdict: Some(self::verdict(verdict)),
+        collision: collision.as_ref().map(self::collision),
+        outcome: self::outcome(outcome).into(),
+        action: host_action(action).into(),
+        reason,
+        message,
+        decision: Some(decision_of(decision)),
     }
 }
 
 /// A tenant object's identity.
-pub fn source_identity(id: &SourceIdentity) -> types::SourceIdentity {
+fn source_identity(id: SourceIdentity) -> types::SourceIdentity {
+    let SourceIdentity {
+        api_version,
+        kind,
+        namespace,
+        name,
+        uid,
+    } = id;
     types::SourceIdentity {
-        api_version: id.api_version.clone(),
-        kind: id.kind.clone(),
-        namespace: id.namespace.clone(),
-        name: id.name.clone(),
-        uid: id.uid.clone(),
+        api_version,
+        kind,
+        namespace,
+        name,
+        uid,
     }
 }
 
-fn placement(p: &Placement) -> planner::Placement {
+fn placement(p: Placement) -> planner::Placement {
     planner::Placement {
         target: Some(types::ObjectRef {
-            api_version: p.api_version.clone(),
-            kind: p.kind.clone(),
-            namespace: p.namespace.clone(),
-            name: p.name.clone(),
+            api_version: p.api_version,
+            kind: p.kind,
+            namespace: p.namespace,
+            name: p.name,
         }),
         name_form: match p.name_form {
             HostNameForm::Readable => planner::NameForm::Readable,
             HostNameForm::Hashed => planner::NameForm::Hashed,
         }
         .into(),
-        labels: p.labels.clone().into_iter().collect(),
-        annotations: p.annotations.clone().into_iter().collect(),
-        stripped_keys: p.stripped_keys.clone(),
+        labels: p.labels.into_iter().collect(),
+        annotations: p.annotations.into_iter().collect(),
+        stripped_keys: p.stripped_keys,
     }
 }
 
-fn verdict(v: &Verdict) -> planner::Verdict {
+fn verdict(v: Verdict) -> planner::Verdict {
     planner::Verdict {
-        policy: Some(policy_ref(&v.policy, &v.policy_revision, v.rule.as_deref())),
+        policy: Some(types::PolicyRef {
+            name: v.policy,
+            revision: v.policy_revision,
+            rule: v.rule.unwrap_or_default(),
+        }),
         action: match v.action {
             SyncAction::Sync => planner::SyncAction::Sync,
             SyncAction::Skip => planner::SyncAction::Skip,
             SyncAction::Reject => planner::SyncAction::Reject,
         }
         .into(),
-        reason: v.reason.clone(),
-        message: v.message.clone(),
-        field_path: v.field_path.clone().unwrap_or_default(),
+        reason: v.reason,
+        message: v.message,
+        field_path: v.field_path.unwrap_or_default(),
     }
 }
 
-/// A SyncPolicy (and the rule that decided, when one did).
-pub fn policy_ref(name: &str, revision: &str, rule: Option<&str>) -> types::PolicyRef {
+/// A SyncPolicy (no rule: the policy as a whole).
+pub fn policy_ref(name: &str, revision: &str) -> types::PolicyRef {
     types::PolicyRef {
         name: name.to_string(),
         revision: revision.to_string(),
-        rule: rule.unwrap_or_default().to_string(),
+        rule: String::new(),
     }
 }
 
@@ -146,6 +163,11 @@ fn host_action(a: HostAction) -> types::HostAction {
 
 /// A decision record.
 pub fn decision(d: &Decision) -> types::Decision {
+    decision_of(d.clone())
+}
+
+/// A decision record, moved.
+fn decision_of(d: Decision) -> types::Decision {
     let Subject {
         api_version,
         kind,
@@ -153,46 +175,47 @@ pub fn decision(d: &Decision) -> types::Decision {
         name,
         uid,
         resource_version,
-    } = &d.subject;
+    } = d.subject;
     types::Decision {
-        id: d.id.clone(),
+        id: d.id,
         time: Some(timestamp(d.time)),
-        tenant: d.tenant.clone(),
+        tenant: d.tenant,
         subject: Some(types::Subject {
-            api_version: api_version.clone(),
-            kind: kind.clone(),
-            namespace: namespace.clone(),
-            name: name.clone(),
-            uid: uid.clone(),
-            resource_version: resource_version.clone(),
+            api_version,
+            kind,
+            namespace,
+            name,
+            uid,
+            resource_version,
         }),
-        target: d.target.as_ref().map(|t: &HostTarget| types::ObjectRef {
-            api_version: t.api_version.clone(),
-            kind: t.kind.clone(),
-            namespace: t.namespace.clone(),
-            name: t.name.clone(),
+        target: d.target.map(|t: HostTarget| types::ObjectRef {
+            api_version: t.api_version,
+            kind: t.kind,
+            namespace: t.namespace,
+            name: t.name,
         }),
         outcome: outcome(d.outcome).into(),
         action: host_action(d.action).into(),
-        policy: d
-            .policy
-            .as_ref()
-            .map(|p: &PolicyRef| policy_ref(&p.name, &p.revision, p.rule.as_deref())),
-        profile: d.profile.as_ref().map(|p: &ProfileRef| types::ProfileRef {
-            name: p.name.clone(),
-            generation: p.generation,
-            field_path: p.field_path.clone(),
+        policy: d.policy.map(|p: PolicyRef| types::PolicyRef {
+            name: p.name,
+            revision: p.revision,
+            rule: p.rule.unwrap_or_default(),
         }),
-        reason: d.reason.clone(),
-        message: d.message.clone(),
-        field_path: d.field_path.clone().unwrap_or_default(),
-        stripped_keys: d.stripped_keys.clone(),
-        input_digest: d.input_digest.clone(),
-        mapping_version: d.mapping_version.clone(),
-        component: d.component.clone(),
-        component_version: d.component_version.clone(),
-        trace_id: d.trace_id.clone().unwrap_or_default(),
-        span_id: d.span_id.clone().unwrap_or_default(),
+        profile: d.profile.map(|p: ProfileRef| types::ProfileRef {
+            name: p.name,
+            generation: p.generation,
+            field_path: p.field_path,
+        }),
+        reason: d.reason,
+        message: d.message,
+        field_path: d.field_path.unwrap_or_default(),
+        stripped_keys: d.stripped_keys,
+        input_digest: d.input_digest,
+        mapping_version: d.mapping_version,
+        component: d.component,
+        component_version: d.component_version,
+        trace_id: d.trace_id.unwrap_or_default(),
+        span_id: d.span_id.unwrap_or_default(),
     }
 }
 
@@ -207,7 +230,7 @@ fn timestamp(t: Timestamp) -> prost_types::Timestamp {
 pub fn provenance(p: &Provenance) -> planner::Provenance {
     planner::Provenance {
         tenant: p.tenant.clone(),
-        source: Some(source_identity(&p.source)),
+        source: Some(source_identity(p.source.clone())),
         mapping_version: p.mapping_version.clone(),
         decision_id: p.decision_id.clone().unwrap_or_default(),
     }
