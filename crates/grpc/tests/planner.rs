@@ -208,6 +208,36 @@ async fn a_bad_object_fails_the_request_naming_its_field() {
 }
 
 #[tokio::test]
+async fn in_a_large_batch_the_first_bad_object_is_named_and_the_rest_keep_their_order() {
+    // Large batches are planned on every core, each core a run of the batch: the answer is in
+    // request order, and of several bad objects the first one is reported.
+    let mut client = PlannerClient::new(serve().await);
+    let objects: Vec<_> = (0..1500)
+        .map(|i| json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": format!("cm-{i}")}}))
+        .collect();
+    let plans = client
+        .plan(request(&objects))
+        .await
+        .unwrap()
+        .into_inner()
+        .plans;
+    let names: Vec<_> = plans
+        .iter()
+        .map(|p| p.source.as_ref().unwrap().name.clone())
+        .collect();
+    assert_eq!(
+        names,
+        (0..1500).map(|i| format!("cm-{i}")).collect::<Vec<_>>()
+    );
+
+    let mut req = request(&objects);
+    req.objects[1400] = b"{not json".to_vec();
+    req.objects[900] = json(&json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {}}));
+    let (field, _) = violation(&client.plan(req).await.unwrap_err());
+    assert_eq!(field, "objects[900].metadata.name");
+}
+
+#[tokio::test]
 async fn a_bad_tenant_or_policy_names_its_field() {
     let mut client = PlannerClient::new(serve().await);
     let object = [json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}})];
