@@ -500,6 +500,35 @@ async fn appender_commits_concurrent_appends_in_groups_before_returning() {
 }
 
 #[tokio::test]
+async fn a_failing_batch_records_nothing_and_appends_go_on() {
+    for b in backends().await {
+        fill(&*b.store, 10).await;
+        // 70 decisions, the 50th reusing an id already in the log: the insert fails after
+        // whole statements of rows went in, and none of them may stay.
+        let mut batch = common::decisions(10, 70, 3);
+        batch[49].id = entries_after(&*b.store, 4, 1).await.unwrap()[0]
+            .decision
+            .id
+            .clone();
+        assert!(b.store.append_batch(batch).await.is_err(), "{}", b.name);
+        assert_eq!(b.store.head().await.unwrap().sequence, 10, "{}", b.name);
+        assert_eq!(
+            entries_after(&*b.store, 0, 100).await.unwrap().len(),
+            10,
+            "{}",
+            b.name
+        );
+        let appended = b
+            .store
+            .append_batch(common::decisions(10, 40, 3))
+            .await
+            .unwrap();
+        assert_eq!(appended.last().unwrap().sequence, 50, "{}", b.name);
+        assert!(verify(&*b.store, None).await.unwrap().is_ok(), "{}", b.name);
+    }
+}
+
+#[tokio::test]
 async fn policy_reports_hold_the_latest_decision_per_object_per_tenant() {
     let b = sqlite().await;
     fill(&*b.store, 30).await;
