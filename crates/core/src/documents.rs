@@ -164,7 +164,7 @@ fn split_yaml(text: &str) -> Vec<&str> {
 /// Reads a JSON stream: split into its documents and the items of its arrays and `kind: List`s by
 /// a quick scan, then parsed on every core. Anything the split cannot account for exactly (a
 /// syntax error, a document that does not parse on its own, a List whose `kind` or `items` are
-/// not plain, an item nested deep enough to meet the parser's depth limit) is read in one pass
+/// not plain, a value nested near the parser's depth limit) is read in one pass
 /// as before, so that errors keep their wording and position.
 fn parse_json_stream(text: &str) -> Vec<(usize, Result<Value, String>)> {
     parse_json_split(text).unwrap_or_else(|| parse_json_whole(text))
@@ -186,7 +186,7 @@ struct ListShape<'a> {
 }
 
 /// serde_json refuses more than 127 nested arrays and objects. An item parsed on its own has the
-/// whole budget, inside its List (an object and an array) two less, so deeper items are left to
+/// whole budget, inside its List (an object and an array) two less, so deeper values are left to
 /// the one-pass reader and refused there as before.
 const MAX_ITEM_NESTING: usize = 125;
 
@@ -208,8 +208,14 @@ fn parse_json_split(text: &str) -> Option<Vec<(usize, Result<Value, String>)>> {
             }
         })
         .collect();
-    let mut values =
-        parallel::map_in_order(&texts, |text| serde_json::from_str::<Value>(text).ok()).into_iter();
+    // Only items lose depth when parsed on their own, but one rule for every value keeps this
+    // simple: a deep document is rare and is read in one pass.
+    let mut values = parallel::map_in_order(&texts, |text| {
+        serde_json::from_str::<Value>(text)
+            .ok()
+            .filter(|v| shallow(text, v))
+    })
+    .into_iter();
     let mut out = Vec::with_capacity(parts.len());
     for (i, part) in parts.iter().enumerate() {
         let value = match part {
@@ -218,7 +224,6 @@ fn parse_json_split(text: &str) -> Option<Vec<(usize, Result<Value, String>)>> {
                 let items = values
                     .by_ref()
                     .take(items.len())
-                    .map(|v| v.filter(|v| nesting(v) <= MAX_ITEM_NESTING))
                     .collect::<Option<Vec<_>>>()?;
                 match part {
                     // What the List expands to: its items (the rest of it is not read).
@@ -253,6 +258,13 @@ fn split_document(text: &str) -> JsonPart<'_> {
         return JsonPart::List(kind, items);
     }
     JsonPart::Whole(text)
+}
+
+/// Whether an item is nested no deeper than [`MAX_ITEM_NESTING`]: its count of `[` and `{`
+/// bounds its depth and settles nearly every item without walking the value.
+fn shallow(text: &str, value: &Value) -> bool {
+    let brackets = text.bytes().filter(|b| matches!(b, b'[' | b'{')).count();
+    brackets <= MAX_ITEM_NESTING || nesting(value) <= MAX_ITEM_NESTING
 }
 
 /// Depth of the deepest array or object in a value (0 for a scalar).
