@@ -3,8 +3,12 @@
 //! `cargo bench -p tenantplane-client --bench plan_roundtrip` serves the planner with the same
 //! runtime as the `tenantplane-planner` binary and prints:
 //! - single-object Plan round trip latency (p50, p99) through `PlannerClient::plan`;
-//! - batch throughput in objects/s: remote (batches of 1000 objects) and in process
-//!   (`Planner::plan_all` plus `Plan::to_decision`, the work the server does per object).
+//! - batch throughput in objects/s: remote (batches of 1000 objects through `PlannerClient::plan`,
+//!   which serializes each object to JSON) and in process (`Planner::plan_all` plus
+//!   `Plan::to_decision` on one core, the work the server does per object), one batch of each in
+//!   turn so that both meet the same machine load;
+//! - one batch piece by piece (client JSON, protobuf both ways, the server's handler, the
+//!   client's conversion back into the core's types), to show where the remote time goes.
 //!
 //! The objects mix the examples' workloads (Deployments, Services, ConfigMaps, Pods the default
 //! policy rejects) so that CEL conditions, mapping and collision checks all run.
@@ -65,19 +69,6 @@ fn main() {
     let tenant = Tenant::new("bench", Default::default());
     let batch = objects(BATCH);
 
-    // In process: the same per-object work the server does.
-    let planner = Planner::new(&tenant, CompiledPolicy::builtin_default());
-    let host = HostState::default();
-    let start = Instant::now();
-    let mut planned = 0;
-    for _ in 0..BATCHES {
-        for (plan, object) in planner.plan_all(&batch, &host).zip(&batch) {
-            std::hint::black_box(plan.to_decision(planner.tenant(), object, Stamp::now("bench")));
-            planned += 1;
-        }
-    }
-    let local_rate = planned as f64 / start.elapsed().as_secs_f64();
-
     runtime.block_on(async {
         // The service runtime the binary runs: metrics layer, health and reflection included.
         let loopback = "127.0.0.1:0".parse().unwrap();
@@ -103,17 +94,34 @@ fn main() {
         }
         latencies.sort();
 
-        // Batches.
+        // Batches, in process and over gRPC in turn, so that both meet the same machine load. In
+        // process is the per-object work the server does, on one core: `Planner::plan_all` and
+        // `Plan::to_decision` over objects already in memory.
+        let planner = Planner::new(&tenant, CompiledPolicy::builtin_default());
+        let host = HostState::default();
         client.plan(&tenant, None, &batch, &[]).await.unwrap();
-        let start = Instant::now();
-        let mut planned = 0;
+        let (mut local, mut remote) = (Duration::ZERO, Duration::ZERO);
         for _ in 0..BATCHES {
-            planned += client.plan(&tenant, None, &batch, &[]).await.unwrap().len();
+            let start = Instant::now();
+            for (plan, object) in planner.plan_all(&batch, &host).zip(&batch) {
+                std::hint::black_box(plan.to_decision(
+                    planner.tenant(),
+                    object,
+                    Stamp::now("bench"),
+                ));
+            }
+            local += start.elapsed();
+            let start = Instant::now();
+            let planned = client.plan(&tenant, None, &batch, &[]).await.unwrap();
+            assert_eq!(planned.len(), BATCH);
+            drop(planned);
+            remote += start.elapsed();
         }
-        let remote_rate = planned as f64 / start.elapsed().as_secs_f64();
+        let local_rate = (BATCHES * BATCH) as f64 / local.as_secs_f64();
+        let remote_rate = (BATCHES * BATCH) as f64 / remote.as_secs_f64();
 
         // Where a batch's time goes: the halves measured one by one, in process.
-        let halves = halves(&tenant, &batch).await;
+        let (pieces, response_bytes) = halves(&tenant, &batch).await;
 
         println!("Plan over gRPC on loopback (plaintext), default policy, {BATCH}-object batches");
         println!(
@@ -126,8 +134,10 @@ fn main() {
             "over gRPC:   {remote_rate:>10.0} objects/s ({:.0}% of in process)",
             remote_rate / local_rate * 100.0
         );
-        println!("one {BATCH}-object batch, piece by piece (ms):");
-        for (name, time) in halves {
+        println!(
+            "one {BATCH}-object batch, piece by piece (ms; response {response_bytes} bytes per object):"
+        );
+        for (name, time) in pieces {
             println!(
                 "  {name:<44} {:>8.3}",
                 time.as_secs_f64() * 1e3 / BATCHES as f64
@@ -138,7 +148,8 @@ fn main() {
 
 /// The pieces of one remote batch, each timed over [`BATCHES`] runs: the client's JSON encoding,
 /// the protobuf encoding and decoding both ways, the service's handler, the client's conversion.
-async fn halves(tenant: &Tenant, batch: &[TenantObject]) -> Vec<(&'static str, Duration)> {
+/// Also returns the size of the response per object.
+async fn halves(tenant: &Tenant, batch: &[TenantObject]) -> (Vec<(&'static str, Duration)>, usize) {
     use prost::Message;
     use tenantplane_grpc::convert::{from_proto, to_proto};
     use tenantplane_proto::planner::v1::planner_server::Planner as _;
@@ -183,11 +194,7 @@ async fn halves(tenant: &Tenant, batch: &[TenantObject]) -> Vec<(&'static str, D
             }
         }
     }
-    println!(
-        "response: {} bytes per object",
-        response_bytes / batch.len()
-    );
-    [
+    let pieces = [
         "client: objects to JSON bytes",
         "protobuf: request encode + decode",
         "server: Planner::plan handler",
@@ -198,5 +205,6 @@ async fn halves(tenant: &Tenant, batch: &[TenantObject]) -> Vec<(&'static str, D
     ]
     .into_iter()
     .zip(times)
-    .collect()
+    .collect();
+    (pieces, response_bytes / batch.len())
 }
