@@ -134,26 +134,15 @@ const DECISION_COLUMNS: &str = "seq, id, time_us, tenant, subject_kind, subject_
 /// Values in one `decisions` row.
 pub(crate) const ROW_VALUES: usize = 15;
 
-/// Inserts `rows` links in one statement (`VALUES (...), (...)`; SQLite); values from
-/// [`ChainedBatch::row`], row after row. One statement for many rows saves SQLite a statement
-/// execution (step, reset, clearing bindings) per decision. `OR ROLLBACK`: a failing row rolls
-/// back the whole transaction, which is what a failed batch means anyway, so SQLite need not
-/// keep a statement journal (a temporary file copy of every page the statement changes) to
-/// undo just the statement; with the default `ABORT` a multi-row INSERT writes one, which
-/// cost more than the statements saved.
-pub(crate) fn insert_decisions(rows: usize) -> String {
-    let mut text = format!("INSERT OR ROLLBACK INTO decisions ({DECISION_COLUMNS}) VALUES ");
-    for r in 0..rows {
-        text.push_str(if r == 0 { "(" } else { ", (" });
-        for v in 0..ROW_VALUES {
-            if v > 0 {
-                text.push_str(", ");
-            }
-            text.push_str(&format!("${}", r * ROW_VALUES + v + 1));
-        }
-        text.push(')');
-    }
-    text
+/// Inserts one link (SQLite); values from [`ChainedBatch::row`]. One statement per row: a
+/// multi-row `VALUES (...), (...)` makes SQLite keep a statement journal (a copy of every page
+/// the statement changes, to undo it alone), which costs more than the executions it saves.
+pub(crate) fn insert_decision() -> String {
+    let values: Vec<String> = (1..=ROW_VALUES).map(|i| format!("${i}")).collect();
+    format!(
+        "INSERT INTO decisions ({DECISION_COLUMNS}) VALUES ({})",
+        values.join(", ")
+    )
 }
 
 /// Streams a batch into the table (PostgreSQL): binary `COPY`, one row per decision with the

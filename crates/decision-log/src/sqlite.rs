@@ -5,7 +5,7 @@
 //! synchronous: every call runs on tokio's blocking pool.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, LazyLock, Mutex};
+use std::sync::{Arc, Mutex};
 
 use k8s_openapi::jiff::Timestamp;
 use rusqlite::types::{ToSqlOutput, Value};
@@ -275,27 +275,11 @@ fn optional_i64(conn: &Connection, sql: &str, values: Vec<SqlValue>) -> Result<O
         .flatten())
 }
 
-/// Rows one INSERT statement takes: 32 × 15 = 480 values (SQLite allows 32,766).
-const ROWS_PER_INSERT: usize = 32;
-
-static INSERT_MANY: LazyLock<String> = LazyLock::new(|| sql::insert_decisions(ROWS_PER_INSERT));
-static INSERT_ONE: LazyLock<String> = LazyLock::new(|| sql::insert_decisions(1));
-
-/// Inserts the rows of `batch`, [`ROWS_PER_INSERT`] per statement and the rest one by one.
+/// Inserts the rows of `batch` through one cached statement.
 fn insert_rows(conn: &Connection, batch: &sql::ChainedBatch<'_>) -> Result<(), Error> {
-    let mut many = conn.prepare_cached(&INSERT_MANY)?;
-    let mut one = conn.prepare_cached(&INSERT_ONE)?;
-    let mut next = 0;
-    while next < batch.len() {
-        let (statement, rows) = if batch.len() - next >= ROWS_PER_INSERT {
-            (&mut many, ROWS_PER_INSERT)
-        } else {
-            (&mut one, 1)
-        };
-        statement.execute(params_from_iter(
-            (next..next + rows).flat_map(|i| batch.row(i)),
-        ))?;
-        next += rows;
+    let mut insert = conn.prepare_cached(&sql::insert_decision())?;
+    for i in 0..batch.len() {
+        insert.execute(params_from_iter(batch.row(i)))?;
     }
     Ok(())
 }
