@@ -1,8 +1,8 @@
 //! The embedded backend: one SQLite file in WAL mode with `synchronous = FULL` by default, so
-//! a commit is on disk when it returns ([`Durability`]). One writer connection (appends take the database write lock
-//! with `BEGIN IMMEDIATE`, which also serializes writers in other processes) and a small pool
-//! of reader connections, which WAL lets read while the writer commits. rusqlite is
-//! synchronous: every call runs on tokio's blocking pool.
+//! a commit is on disk when it returns ([`Durability`]). One writer connection (appends take
+//! the database write lock with `BEGIN IMMEDIATE`, which also serializes writers in other
+//! processes) and a small pool of reader connections, which WAL lets read while the writer
+//! commits. rusqlite is synchronous: every call runs on tokio's blocking pool.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
