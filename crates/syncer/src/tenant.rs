@@ -13,6 +13,11 @@
 //! show yet is not decided on until it does (`OwnWrite`), so a create never looks missing and a
 //! delete never looks undone. Up from the host: status, a Service's cluster IPs (the tenant
 //! Service is recreated with them) and the Endpoints of a selector Service.
+//!
+//! The stores hold what decisions read, not whole objects: managedFields field sets are dropped
+//! on both sides, and a host object keeps its metadata, status, a Service's spec and an
+//! Endpoints' subsets (`trim_tenant_object`, `trim_host_object`; the rest of a host object is
+//! compared by the digest it carries).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
