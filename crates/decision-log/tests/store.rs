@@ -503,8 +503,8 @@ async fn appender_commits_concurrent_appends_in_groups_before_returning() {
 async fn a_failing_batch_records_nothing_and_appends_go_on() {
     for b in backends().await {
         fill(&*b.store, 10).await;
-        // 70 decisions, the 50th reusing an id already in the log: the insert fails after
-        // whole statements of rows went in, and none of them may stay.
+        // 70 decisions, the 50th reusing an id already in the log: the insert fails after 49
+        // rows of the batch went in, and none of them may stay.
         let mut batch = common::decisions(10, 70, 3);
         batch[49].id = entries_after(&*b.store, 4, 1).await.unwrap()[0]
             .decision
