@@ -12,6 +12,11 @@ mod decision_source;
 mod host_cluster;
 mod input;
 
+/// Planning many objects is mostly allocation; mimalloc does it in about half the time of glibc's
+/// allocator (README "Performance").
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// tenantplane: auditable multi-tenancy for Kubernetes.
 #[derive(Debug, Parser)]
 #[command(name = "tenantplane", version, about, propagate_version = true)]
