@@ -40,11 +40,11 @@ pub struct Args {
     #[arg(
         long,
         env = "TENANTPLANE_SYNCER_WORKERS_PER_TENANT",
-        default_value_t = 4
+        default_value_t = tenant::Tuning::default().workers_per_tenant
     )]
     pub workers_per_tenant: usize,
     /// Objects per planner call.
-    #[arg(long, env = "TENANTPLANE_SYNCER_BATCH", default_value_t = 64)]
+    #[arg(long, env = "TENANTPLANE_SYNCER_BATCH", default_value_t = tenant::Tuning::default().batch)]
     pub batch: usize,
     /// Host API requests per second (0: unlimited).
     #[arg(long, env = "TENANTPLANE_SYNCER_HOST_QPS", default_value_t = 0.0)]

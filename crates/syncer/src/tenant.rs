@@ -128,7 +128,10 @@ pub struct Tuning {
 impl Default for Tuning {
     fn default() -> Self {
         Tuning {
-            batch: 64,
+            // 16, not 64: the objects in flight (batch × concurrency) are most of the syncer's
+            // memory at 10k objects, and smaller batches did not lower the synced rate
+            // (docs/syncer.md "Benchmark").
+            batch: 16,
             workers_per_tenant: 4,
             resync: Duration::from_secs(300),
             backoff_base: Duration::from_millis(200),
