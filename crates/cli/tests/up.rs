@@ -105,6 +105,11 @@ async fn up_converges_the_demo_and_the_other_commands_explain_it() {
             ("Pod/shop/web-7d4b9c-x2x9q", "Synced"),
             ("Pod/ops/node-debugger", "Rejected"),
             ("ConfigMap/shop/web-config", "Conflict"),
+            // examples/host holds acme's earlier sync of shop-x-eu/cache, whose source the
+            // tenant no longer has: deleted, after which eu/cache-x-shop (same host name) is
+            // synced there, not refused on a host cache that still showed the deleted object.
+            ("ConfigMap/shop-x-eu/cache", "Deleted"),
+            ("ConfigMap/eu/cache-x-shop", "Synced"),
         ],
     )
     .await;

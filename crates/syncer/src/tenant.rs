@@ -275,6 +275,9 @@ struct Worker {
     pod_kind: Option<usize>,
     /// Host writes not yet shown by the host watch, by (kind, host name).
     own_writes: Mutex<HashMap<(usize, String), OwnWrite>>,
+    /// Host writes whose call has not returned, by (kind, host name): another key mapped to the
+    /// same host name (a collision) is not decided on the state they are changing.
+    writes_in_flight: Mutex<std::collections::HashSet<(usize, String)>>,
     /// Tenant Services recreated with their host Service's cluster IPs, by key: until the tenant
     /// watch shows the new Service and the host Service's provenance names it.
     recreations: Mutex<HashMap<Key, Recreation>>,
@@ -336,6 +339,7 @@ pub async fn start(
         attempts: Mutex::new(HashMap::new()),
         settled: Mutex::new(HashMap::new()),
         own_writes: Mutex::new(HashMap::new()),
+        writes_in_flight: Mutex::new(std::collections::HashSet::new()),
         recreations: Mutex::new(HashMap::new()),
         cluster_ips_refused: Mutex::new(std::collections::HashSet::new()),
         pod_kind: kinds
@@ -622,9 +626,18 @@ impl Worker {
 
     /// Whether the host store has not yet shown this syncer's last write at the key's host name:
     /// a decision now would take an older state for the current one (a create that looks
-    /// missing, a delete that looks undone). Forgets writes the store shows.
+    /// missing, a delete that looks undone), or a write at that name is still in flight. Forgets
+    /// writes the store shows.
     fn host_cache_behind(&self, key: &Key) -> bool {
         let name = self.host_name_of(key);
+        if self
+            .writes_in_flight
+            .lock()
+            .expect("writes in flight lock")
+            .contains(&(key.kind, name.clone()))
+        {
+            return true;
+        }
         let mut writes = self.own_writes.lock().expect("own writes lock");
         let Some(w) = writes.get(&(key.kind, name.clone())) else {
             return false;
@@ -949,6 +962,12 @@ impl Worker {
             plan.collision = None;
         }
         let plan = &plan;
+        // Checked again now that the plan is in: a write at this host name may have started or
+        // landed since the batch began (another key that maps to the same name).
+        if self.host_cache_behind(key) {
+            self.queue.push_after(key.clone(), OWN_WRITE_PATIENCE);
+            return;
+        }
         let cached = self.host_of(key, object);
         let span = tracing::Span::current();
         let mut step = reconcile::reconcile_present(
@@ -1056,6 +1075,9 @@ impl Worker {
             &self.placement.host_namespace,
             name,
         );
+        let at = (key.kind, name.to_string());
+        let in_flight = || self.writes_in_flight.lock().expect("writes in flight lock");
+        in_flight().insert(at.clone());
         let result = self.host_write(kind, write).instrument(span.clone()).await;
         if let Err(e) = &result {
             span.record("otel.status_code", "ERROR");
@@ -1069,11 +1091,13 @@ impl Worker {
                     self.own_writes
                         .lock()
                         .expect("own writes lock")
-                        .insert((key.kind, name.to_string()), w);
+                        .insert(at.clone(), w);
                 }
+                in_flight().remove(&at);
                 true
             }
             Err(e) => {
+                in_flight().remove(&at);
                 // A decision of its own (Failed), in a span of its own under the one it failed:
                 // the log says the decision was not applied. A 409 means the host object changed
                 // since the decision (someone wrote at the name): decided again on fresh state.
