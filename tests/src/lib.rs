@@ -444,6 +444,20 @@ pub async fn get(
         .map(|o| serde_json::to_value(o).expect("serializes"))
 }
 
+/// A Tenant's status in the host cluster (null while it has none or the Tenant is absent).
+pub async fn tenant_status(env: &Env, tenant: &str) -> Value {
+    get(
+        &env.host.client,
+        "tenantplane.io/v1alpha1",
+        "Tenant",
+        None,
+        tenant,
+    )
+    .await
+    .map(|t| t["status"].clone())
+    .unwrap_or(Value::Null)
+}
+
 /// Merge-patches an object.
 pub async fn merge(
     client: &Client,

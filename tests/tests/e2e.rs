@@ -5,6 +5,7 @@
 use serde_json::{Value, json};
 use tenantplane_e2e::{
     Env, create, delete, events_regarding, eventually, get, list, merge, merge_status,
+    tenant_status,
 };
 
 const DECISION_ID: &str = "tenantplane.io/decision-id";
@@ -63,19 +64,6 @@ async fn tenant_event(env: &Env, ns: &str, name: &str, reason: &str) -> Value {
             .find(|e| e["reason"] == reason)
     })
     .await
-}
-
-async fn tenant_status(env: &Env, tenant: &str) -> Value {
-    get(
-        &env.host.client,
-        "tenantplane.io/v1alpha1",
-        "Tenant",
-        None,
-        tenant,
-    )
-    .await
-    .map(|t| t["status"].clone())
-    .unwrap_or(Value::Null)
 }
 
 async fn count_at_least(env: &Env, tenant: &str, outcome: &str, n: u64) {

@@ -8,21 +8,8 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use tenantplane_core::decision::{Decision, HostAction};
 use tenantplane_decision_log::{Filter, Query};
-use tenantplane_e2e::{Env, SYSTEM_NAMESPACE, create, eventually, get};
+use tenantplane_e2e::{Env, SYSTEM_NAMESPACE, create, eventually, get, tenant_status};
 use tenantplane_syncer::shard::ShardConfig;
-
-async fn counts(env: &Env, tenant: &str) -> Value {
-    get(
-        &env.host.client,
-        "tenantplane.io/v1alpha1",
-        "Tenant",
-        None,
-        tenant,
-    )
-    .await
-    .map(|t| t["status"]["counts"].clone())
-    .unwrap_or(Value::Null)
-}
 
 fn config_map(ns: &str, name: &str) -> Value {
     json!({"apiVersion": "v1", "kind": "ConfigMap",
@@ -44,7 +31,9 @@ async fn tenant_status_counts_continue_across_a_syncer_restart() {
     let last = std::sync::Mutex::new(0);
     let before = eventually("the counts to settle", || async {
         tokio::time::sleep(std::time::Duration::from_millis(300)).await;
-        let synced = counts(&env, &t).await["synced"].as_u64().unwrap_or(0);
+        let synced = tenant_status(&env, &t).await["counts"]["synced"]
+            .as_u64()
+            .unwrap_or(0);
         let previous = std::mem::replace(&mut *last.lock().unwrap(), synced);
         (synced >= 3 && synced == previous).then_some(synced)
     })
@@ -60,7 +49,9 @@ async fn tenant_status_counts_continue_across_a_syncer_restart() {
     eventually(
         &format!("status.counts.synced of {t} to go on from {before}"),
         || async {
-            let synced = counts(&env, &t).await["synced"].as_u64().unwrap_or(0);
+            let synced = tenant_status(&env, &t).await["counts"]["synced"]
+                .as_u64()
+                .unwrap_or(0);
             (synced > before).then_some(())
         },
     )
