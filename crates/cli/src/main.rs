@@ -12,8 +12,8 @@ mod decision_source;
 mod host_cluster;
 mod input;
 
-/// Planning many objects is mostly allocation; mimalloc does it in about half the time of glibc's
-/// allocator (README "Performance").
+/// Planning many objects is mostly allocation: with mimalloc instead of glibc's allocator,
+/// explain-sync over 100k objects went from 1.70 s to 0.97 s (README "Performance").
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
