@@ -24,6 +24,11 @@ use tenantplane_core::{CompiledPolicy, Planner, TenantObject};
 use tenantplane_grpc::PlannerService;
 use tenantplane_service::{GrpcApi, Server};
 
+/// The allocator of the `tenantplane-planner` binary (and of the `tenantplane` CLI, a client), so
+/// that the served planner, the client and the in-process core all allocate as they do in use.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 const SINGLE_CALLS: usize = 3000;
 const BATCH: usize = 1000;
 const BATCHES: usize = 20;
@@ -153,7 +158,7 @@ async fn halves(tenant: &Tenant, batch: &[TenantObject]) -> (Vec<(&'static str, 
     use prost::Message;
     use tenantplane_grpc::convert::{from_proto, to_proto};
     use tenantplane_proto::planner::v1::planner_server::Planner as _;
-    use tenantplane_proto::planner::v1::{PlanRequest, PlanResponse};
+    use tenantplane_proto::planner::v1::{DecisionForm, PlanRequest, PlanResponse};
 
     let service = PlannerService::new();
     let mut times = [Duration::ZERO; 7];
@@ -167,6 +172,7 @@ async fn halves(tenant: &Tenant, batch: &[TenantObject]) -> (Vec<(&'static str, 
                 .iter()
                 .map(|o| serde_json::to_vec(&o.object).unwrap())
                 .collect(),
+            decision_form: DecisionForm::Compact.into(),
             ..Default::default()
         };
         laps[1] = Instant::now();
@@ -180,12 +186,16 @@ async fn halves(tenant: &Tenant, batch: &[TenantObject]) -> (Vec<(&'static str, 
         laps[5] = Instant::now();
         let planned: Vec<_> = response
             .plans
-            .iter()
+            .into_iter()
+            .zip(batch)
             .enumerate()
-            .map(|(i, p)| from_proto::object_plan(&format!("plans[{i}]"), p).unwrap())
+            .map(|(i, (p, object))| {
+                from_proto::compact_object_plan(&format!("plans[{i}]"), p, tenant.name(), object)
+                    .unwrap()
+            })
             .collect();
         laps[6] = Instant::now();
-        drop((response, planned));
+        drop(planned);
         laps[7] = Instant::now();
         response_bytes = bytes.len();
         if run > 0 {
@@ -201,7 +211,7 @@ async fn halves(tenant: &Tenant, batch: &[TenantObject]) -> (Vec<(&'static str, 
         "server: response encode (and drop)",
         "client: response decode",
         "client: response to Plan + Decision",
-        "client: drop response and plans",
+        "client: drop the plans",
     ]
     .into_iter()
     .zip(times)

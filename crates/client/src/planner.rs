@@ -1,5 +1,7 @@
 //! The Planner client.
 
+use std::sync::Mutex;
+
 use serde_json::json;
 use tenantplane_api::Tenant;
 use tenantplane_core::collision::HostObjectMeta;
@@ -10,7 +12,7 @@ use tenantplane_grpc::FieldError;
 use tenantplane_grpc::convert::{from_proto, to_proto};
 use tenantplane_proto::planner::v1::planner_client;
 use tenantplane_proto::planner::v1::{
-    ExplainHostObjectRequest, GetVersionRequest, Ownership, PlanRequest,
+    DecisionForm, ExplainHostObjectRequest, GetVersionRequest, Ownership, PlanRequest,
 };
 use tonic::transport::Channel;
 
@@ -131,6 +133,8 @@ impl PlannerClient {
                 objects: Vec::new(),
                 host_objects: host_objects.clone(),
                 trace_contexts: Vec::new(),
+                // Half the bytes: the decisions are rebuilt here from their plans.
+                decision_form: DecisionForm::Compact.into(),
             };
             let mut bytes = 0;
             while let Some(next) = json.as_slice().first() {
@@ -154,9 +158,23 @@ impl PlannerClient {
                 )
                 .into());
             }
-            let plans: Vec<_> = response.plans.iter().enumerate().collect();
-            for result in parallel::map_in_order(&plans, |&(i, p)| {
-                from_proto::object_plan(&format!("plans[{i}]"), p)
+            let compact = response.decision_form() == DecisionForm::Compact;
+            let sent_objects = &objects[start..start + sent];
+            // Each plan is moved out of its slot by the one thread that converts it.
+            let plans: Vec<_> = response
+                .plans
+                .into_iter()
+                .map(Mutex::new)
+                .enumerate()
+                .collect();
+            for result in parallel::map_in_order(&plans, |(i, slot)| {
+                let field = format!("plans[{i}]");
+                let p = std::mem::take(&mut *slot.lock().unwrap_or_else(|e| e.into_inner()));
+                if compact {
+                    from_proto::compact_object_plan(&field, p, tenant.name(), &sent_objects[*i])
+                } else {
+                    from_proto::object_plan(&field, p)
+                }
             }) {
                 let (plan, decision) = result?;
                 planned.push(PlannedObject { plan, decision });

@@ -8,12 +8,12 @@ use tenantplane_core::collision::HostObjectMeta;
 use tenantplane_core::decision::Stamp;
 use tenantplane_core::mapping::{self, ProvenanceError};
 use tenantplane_core::parallel;
-use tenantplane_core::planner::HostState;
+use tenantplane_core::planner::{HostState, input_digest};
 use tenantplane_core::{CompiledPolicy, ENGINE_VERSION, MAPPING_VERSION, Planner, TenantObject};
 use tenantplane_proto::planner::v1::planner_server::{self, PlannerServer};
 use tenantplane_proto::planner::v1::{
-    ExplainHostObjectRequest, ExplainHostObjectResponse, GetVersionRequest, GetVersionResponse,
-    ObjectPlan, Ownership, PlanRequest, PlanResponse,
+    DecisionForm, ExplainHostObjectRequest, ExplainHostObjectResponse, GetVersionRequest,
+    GetVersionResponse, ObjectPlan, Ownership, PlanRequest, PlanResponse,
 };
 use tenantplane_proto::types::v1 as types;
 use tonic::{Request, Response, Status};
@@ -117,9 +117,14 @@ impl PlannerService {
             .into());
         }
         let planner = self.planner(&tenant, &request.sync_policy)?;
+        // The full form unless the compact one is asked for (values unknown here included).
+        let form = match request.decision_form() {
+            DecisionForm::Compact => DecisionForm::Compact,
+            DecisionForm::Full | DecisionForm::Unspecified => DecisionForm::Full,
+        };
         let objects: Vec<_> = request.objects.iter().enumerate().collect();
         let plans = parallel::map_in_order(&objects, |&(i, bytes)| {
-            plan_object(&planner, &host, bytes, i, traces.get(i))
+            plan_object(&planner, &host, bytes, i, traces.get(i), form)
         })
         .into_iter()
         .collect::<Result<_, _>>()?;
@@ -127,6 +132,7 @@ impl PlannerService {
         Ok(PlanResponse {
             plans,
             policy: Some(to_proto::policy_ref(policy.name(), policy.revision())),
+            decision_form: form.into(),
         })
     }
 
@@ -177,13 +183,14 @@ pub const PLAN_OBJECT_SPAN: &str = "tenantplane.planner.plan_object";
 
 /// Reads, plans and records `objects[i]` (JSON `bytes`), in a child span of the caller's span
 /// for it when the request carries its trace context, so each decision's trace shows its own
-/// planning.
+/// planning; answers its decision in `form`.
 fn plan_object(
     planner: &Planner,
     host: &HostState,
     bytes: &[u8],
     i: usize,
     trace_context: Option<&String>,
+    form: DecisionForm,
 ) -> Result<ObjectPlan, RequestError> {
     let at = format!("objects[{i}]");
     let value = from_proto::json_object(&at, bytes)?;
@@ -199,7 +206,14 @@ fn plan_object(
         span.record("tenantplane.decision.outcome", plan.outcome.as_str());
         span.record("tenantplane.decision.reason", plan.reason.as_str());
     }
-    let decision = plan.to_decision(planner.tenant(), &object, Stamp::now(COMPONENT));
+    let stamp = Stamp::now(COMPONENT);
+    let decision = match form {
+        // The client rebuilds the rest of the record from the plan: it is not built here.
+        DecisionForm::Compact => to_proto::compact_decision(stamp, input_digest(&object.object)),
+        DecisionForm::Full | DecisionForm::Unspecified => {
+            to_proto::decision_of(plan.to_decision(planner.tenant(), &object, stamp))
+        }
+    };
     Ok(to_proto::object_plan(object.identity, plan, decision))
 }
 

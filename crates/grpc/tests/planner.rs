@@ -6,8 +6,8 @@ use serde_json::json;
 use support::{example, example_documents, json, serve};
 use tenantplane_proto::planner::v1::planner_client::PlannerClient;
 use tenantplane_proto::planner::v1::{
-    CollisionKind, ConflictCause, ExplainHostObjectRequest, GetVersionRequest, NameForm, Ownership,
-    PlanRequest, SyncAction,
+    CollisionKind, ConflictCause, DecisionForm, ExplainHostObjectRequest, GetVersionRequest,
+    NameForm, Ownership, PlanRequest, SyncAction,
 };
 use tenantplane_proto::types::v1::{HostAction, Outcome, TenantRef};
 use tonic::Code;
@@ -27,6 +27,7 @@ fn request(objects: &[serde_json::Value]) -> PlanRequest {
         objects: objects.iter().map(json).collect(),
         host_objects: Vec::new(),
         trace_contexts: Vec::new(),
+        decision_form: DecisionForm::Unspecified.into(),
     }
 }
 

@@ -8,9 +8,9 @@ use k8s_openapi::jiff::Timestamp;
 use serde_json::Value;
 use tenantplane_api::{IsolationLevel, SyncAction, Tenant, TenantSpec};
 use tenantplane_core::collision::{Collision, ConflictCause};
-use tenantplane_core::decision::{HostAction, HostTarget, PolicyRef, ProfileRef, Subject};
+use tenantplane_core::decision::{HostAction, HostTarget, PolicyRef, ProfileRef, Stamp, Subject};
 use tenantplane_core::mapping::{HostNameForm, NameSyntax, Provenance};
-use tenantplane_core::{Decision, Outcome, Placement, Plan, SourceIdentity, Verdict};
+use tenantplane_core::{Decision, Outcome, Placement, Plan, SourceIdentity, TenantObject, Verdict};
 use tenantplane_isolation::{CompiledObject, IsolationProvenance, ObjectRef};
 use tenantplane_proto::isolation::v1 as isolation;
 use tenantplane_proto::planner::v1 as planner;
@@ -84,34 +84,82 @@ pub fn object_ref(field: &str, r: &types::ObjectRef) -> Result<ObjectRef, FieldE
     })
 }
 
-/// The plan and decision of one object, as the planner answered them.
-pub fn object_plan(field: &str, p: &planner::ObjectPlan) -> Result<(Plan, Decision), FieldError> {
-    let placement = required(field, "placement", p.placement.as_ref())?;
-    let target = required(field, "placement.target", placement.target.as_ref())?;
-    let v = required(field, "verdict", p.verdict.as_ref())?;
-    let policy = required(field, "verdict.policy", v.policy.as_ref())?;
+/// The plan and decision of one object, as the planner answered them in the full form (every
+/// decision field set), moved out of the response.
+pub fn object_plan(field: &str, p: planner::ObjectPlan) -> Result<(Plan, Decision), FieldError> {
+    let (_, plan, decision) = plan_parts(field, p)?;
+    Ok((plan, decision_of(&format!("{field}.decision"), decision)?))
+}
+
+/// The plan and decision of one object, as the planner answered them in the compact form
+/// (`DECISION_FORM_COMPACT`: the decision carries its stamp, digest and mapping version only),
+/// moved out of the response. The rest of the decision is rebuilt by [`Plan::to_decision`], the
+/// code that built it on the server, from the plan, the `tenant` name and the `object` sent as
+/// `objects[i]` (whose resource version the answer does not repeat).
+pub fn compact_object_plan(
+    field: &str,
+    p: planner::ObjectPlan,
+    tenant: &str,
+    object: &TenantObject,
+) -> Result<(Plan, Decision), FieldError> {
+    let (source, plan, d) = plan_parts(field, p)?;
+    let source = required_moved(field, "source", source)?;
+    let time = required(field, "decision.time", d.time.as_ref())?;
+    let stamp = Stamp {
+        time: timestamp(&format!("{field}.decision.time"), time)?,
+        id: d.id,
+        component: d.component,
+        component_version: d.component_version,
+        trace_id: some_moved(d.trace_id),
+        span_id: some_moved(d.span_id),
+    };
+    // The input digest is the planner's (of the object as it read it), so the object's JSON is
+    // not digested again: the decision is built from its identity alone.
+    let subject = TenantObject {
+        identity: source_identity_of(source),
+        resource_version: object.resource_version.clone(),
+        object: Value::Null,
+    };
+    let mut decision = plan.to_decision(tenant, &subject, stamp);
+    decision.input_digest = d.input_digest;
+    decision.mapping_version = d.mapping_version;
+    Ok((plan, decision))
+}
+
+/// An ObjectPlan's source identity (which the full form does not need), plan and decision message.
+fn plan_parts(
+    field: &str,
+    p: planner::ObjectPlan,
+) -> Result<(Option<types::SourceIdentity>, Plan, types::Decision), FieldError> {
+    let (outcome, host_action) = (p.outcome(), p.action());
+    let placement = required_moved(field, "placement", p.placement)?;
+    let name_form = placement.name_form();
+    let target = required_moved(field, "placement.target", placement.target)?;
+    let v = required_moved(field, "verdict", p.verdict)?;
+    let action = v.action();
+    let policy = required_moved(field, "verdict.policy", v.policy)?;
     let plan = Plan {
         placement: Placement {
-            api_version: target.api_version.clone(),
-            kind: target.kind.clone(),
-            namespace: target.namespace.clone(),
-            name: target.name.clone(),
-            name_form: match placement.name_form() {
+            api_version: target.api_version,
+            kind: target.kind,
+            namespace: target.namespace,
+            name: target.name,
+            name_form: match name_form {
                 planner::NameForm::Readable => HostNameForm::Readable,
                 planner::NameForm::Hashed => HostNameForm::Hashed,
                 planner::NameForm::Unspecified => {
                     return Err(unspecified(&format!("{field}.placement.name_form")));
                 }
             },
-            labels: placement.labels.clone().into_iter().collect(),
-            annotations: placement.annotations.clone().into_iter().collect(),
-            stripped_keys: placement.stripped_keys.clone(),
+            labels: placement.labels.into_iter().collect(),
+            annotations: placement.annotations.into_iter().collect(),
+            stripped_keys: placement.stripped_keys,
         },
         verdict: Verdict {
-            policy: policy.name.clone(),
-            policy_revision: policy.revision.clone(),
-            rule: some(&policy.rule),
-            action: match v.action() {
+            policy: policy.name,
+            policy_revision: policy.revision,
+            rule: some_moved(policy.rule),
+            action: match action {
                 planner::SyncAction::Sync => SyncAction::Sync,
                 planner::SyncAction::Skip => SyncAction::Skip,
                 planner::SyncAction::Reject => SyncAction::Reject,
@@ -119,25 +167,22 @@ pub fn object_plan(field: &str, p: &planner::ObjectPlan) -> Result<(Plan, Decisi
                     return Err(unspecified(&format!("{field}.verdict.action")));
                 }
             },
-            reason: v.reason.clone(),
-            message: v.message.clone(),
-            field_path: some(&v.field_path),
+            reason: v.reason,
+            message: v.message,
+            field_path: some_moved(v.field_path),
         },
         collision: p
             .collision
             .as_ref()
             .map(|c| collision(&format!("{field}.collision"), c))
             .transpose()?,
-        outcome: outcome(&format!("{field}.outcome"), p.outcome())?,
-        action: host_action(&format!("{field}.action"), p.action())?,
-        reason: p.reason.clone(),
-        message: p.message.clone(),
+        outcome: self::outcome(&format!("{field}.outcome"), outcome)?,
+        action: self::host_action(&format!("{field}.action"), host_action)?,
+        reason: p.reason,
+        message: p.message,
     };
-    let decision = decision(
-        &format!("{field}.decision"),
-        required(field, "decision", p.decision.as_ref())?,
-    )?;
-    Ok((plan, decision))
+    let decision = required_moved(field, "decision", p.decision)?;
+    Ok((p.source, plan, decision))
 }
 
 fn collision(field: &str, c: &planner::Collision) -> Result<Collision, FieldError> {
@@ -164,50 +209,60 @@ fn collision(field: &str, c: &planner::Collision) -> Result<Collision, FieldErro
 
 /// A decision record.
 pub fn decision(field: &str, d: &types::Decision) -> Result<Decision, FieldError> {
+    decision_of(field, d.clone())
+}
+
+/// A decision record, moved.
+fn decision_of(field: &str, d: types::Decision) -> Result<Decision, FieldError> {
     let time = required(field, "time", d.time.as_ref())?;
-    let subject = required(field, "subject", d.subject.as_ref())?;
+    let time = timestamp(&format!("{field}.time"), time)?;
+    let (outcome, action) = (d.outcome(), d.action());
+    let subject = required_moved(field, "subject", d.subject)?;
     Ok(Decision {
-        id: d.id.clone(),
-        time: Timestamp::new(time.seconds, time.nanos)
-            .map_err(|e| FieldError::new(format!("{field}.time"), e.to_string()))?,
-        tenant: d.tenant.clone(),
+        id: d.id,
+        time,
+        tenant: d.tenant,
         subject: Subject {
-            api_version: subject.api_version.clone(),
-            kind: subject.kind.clone(),
-            namespace: subject.namespace.clone(),
-            name: subject.name.clone(),
-            uid: subject.uid.clone(),
-            resource_version: subject.resource_version.clone(),
+            api_version: subject.api_version,
+            kind: subject.kind,
+            namespace: subject.namespace,
+            name: subject.name,
+            uid: subject.uid,
+            resource_version: subject.resource_version,
         },
-        target: d.target.as_ref().map(|t| HostTarget {
-            api_version: t.api_version.clone(),
-            kind: t.kind.clone(),
-            namespace: t.namespace.clone(),
-            name: t.name.clone(),
+        target: d.target.map(|t| HostTarget {
+            api_version: t.api_version,
+            kind: t.kind,
+            namespace: t.namespace,
+            name: t.name,
         }),
-        outcome: outcome(&format!("{field}.outcome"), d.outcome())?,
-        action: host_action(&format!("{field}.action"), d.action())?,
-        policy: d.policy.as_ref().map(|p| PolicyRef {
-            name: p.name.clone(),
-            revision: p.revision.clone(),
-            rule: some(&p.rule),
+        outcome: self::outcome(&format!("{field}.outcome"), outcome)?,
+        action: host_action(&format!("{field}.action"), action)?,
+        policy: d.policy.map(|p| PolicyRef {
+            name: p.name,
+            revision: p.revision,
+            rule: some_moved(p.rule),
         }),
-        profile: d.profile.as_ref().map(|p| ProfileRef {
-            name: p.name.clone(),
+        profile: d.profile.map(|p| ProfileRef {
+            name: p.name,
             generation: p.generation,
-            field_path: p.field_path.clone(),
+            field_path: p.field_path,
         }),
-        reason: d.reason.clone(),
-        message: d.message.clone(),
-        field_path: some(&d.field_path),
-        stripped_keys: d.stripped_keys.clone(),
-        input_digest: d.input_digest.clone(),
-        mapping_version: d.mapping_version.clone(),
-        component: d.component.clone(),
-        component_version: d.component_version.clone(),
-        trace_id: some(&d.trace_id),
-        span_id: some(&d.span_id),
+        reason: d.reason,
+        message: d.message,
+        field_path: some_moved(d.field_path),
+        stripped_keys: d.stripped_keys,
+        input_digest: d.input_digest,
+        mapping_version: d.mapping_version,
+        component: d.component,
+        component_version: d.component_version,
+        trace_id: some_moved(d.trace_id),
+        span_id: some_moved(d.span_id),
     })
+}
+
+fn timestamp(field: &str, t: &prost_types::Timestamp) -> Result<Timestamp, FieldError> {
+    Timestamp::new(t.seconds, t.nanos).map_err(|e| FieldError::new(field, e.to_string()))
 }
 
 fn outcome(field: &str, o: types::Outcome) -> Result<Outcome, FieldError> {
@@ -246,12 +301,24 @@ pub fn provenance(field: &str, p: &planner::Provenance) -> Result<Provenance, Fi
 
 /// A tenant object's identity.
 pub fn source_identity(id: &types::SourceIdentity) -> SourceIdentity {
+    source_identity_of(id.clone())
+}
+
+/// A tenant object's identity, moved.
+fn source_identity_of(id: types::SourceIdentity) -> SourceIdentity {
+    let types::SourceIdentity {
+        api_version,
+        kind,
+        namespace,
+        name,
+        uid,
+    } = id;
     SourceIdentity {
-        api_version: id.api_version.clone(),
-        kind: id.kind.clone(),
-        namespace: id.namespace.clone(),
-        name: id.name.clone(),
-        uid: id.uid.clone(),
+        api_version,
+        kind,
+        namespace,
+        name,
+        uid,
     }
 }
 
@@ -280,6 +347,10 @@ pub fn compiled_object(
     })
 }
 
+fn required_moved<T>(field: &str, name: &str, value: Option<T>) -> Result<T, FieldError> {
+    value.ok_or_else(|| FieldError::new(format!("{field}.{name}"), "is required"))
+}
+
 fn required<'a, T>(field: &str, name: &str, value: Option<&'a T>) -> Result<&'a T, FieldError> {
     value.ok_or_else(|| FieldError::new(format!("{field}.{name}"), "is required"))
 }
@@ -293,4 +364,9 @@ fn unspecified(field: &str) -> FieldError {
 /// An absent string: empty on the wire.
 fn some(s: &str) -> Option<String> {
     (!s.is_empty()).then(|| s.to_string())
+}
+
+/// An absent string: empty on the wire, moved.
+fn some_moved(s: String) -> Option<String> {
+    (!s.is_empty()).then_some(s)
 }

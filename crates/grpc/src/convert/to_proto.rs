@@ -3,8 +3,8 @@
 use k8s_openapi::jiff::Timestamp;
 use tenantplane_api::{IsolationLevel, SyncAction, Tenant};
 use tenantplane_core::collision::{Collision, ConflictCause};
-use tenantplane_core::decision::{HostAction, HostTarget, PolicyRef, ProfileRef, Subject};
-use tenantplane_core::mapping::{HostNameForm, Provenance};
+use tenantplane_core::decision::{HostAction, HostTarget, PolicyRef, ProfileRef, Stamp, Subject};
+use tenantplane_core::mapping::{HostNameForm, MAPPING_VERSION, Provenance};
 use tenantplane_core::{Decision, Outcome, Placement, Plan, SourceIdentity, Verdict};
 use tenantplane_isolation::{CompiledObject, IsolationProvenance, ObjectRef};
 use tenantplane_proto::isolation::v1 as isolation;
@@ -19,9 +19,13 @@ pub fn tenant(tenant: &Tenant) -> types::TenantRef {
     }
 }
 
-/// The plan of one tenant object with its decision, moved into the response (the server builds
-/// them for the response alone, so nothing is copied).
-pub fn object_plan(source: SourceIdentity, plan: Plan, decision: Decision) -> planner::ObjectPlan {
+/// The plan of one tenant object with its decision record, moved into the response (the server
+/// builds them for the response alone, so nothing is copied).
+pub fn object_plan(
+    source: SourceIdentity,
+    plan: Plan,
+    decision: types::Decision,
+) -> planner::ObjectPlan {
     let Plan {
         placement,
         verdict,
@@ -40,7 +44,32 @@ pub fn object_plan(source: SourceIdentity, plan: Plan, decision: Decision) -> pl
         action: host_action(action).into(),
         reason,
         message,
-        decision: Some(decision_of(decision)),
+        decision: Some(decision),
+    }
+}
+
+/// A decision record in the compact form (`DECISION_FORM_COMPACT`): only what its plan and
+/// request do not determine, the stamp and the digest of the object as the planner read it; see
+/// planner.proto for how a client rebuilds the rest.
+pub fn compact_decision(stamp: Stamp, input_digest: String) -> types::Decision {
+    let Stamp {
+        id,
+        time,
+        component,
+        component_version,
+        trace_id,
+        span_id,
+    } = stamp;
+    types::Decision {
+        id,
+        time: Some(timestamp(time)),
+        input_digest,
+        mapping_version: MAPPING_VERSION.to_string(),
+        component,
+        component_version,
+        trace_id: trace_id.unwrap_or_default(),
+        span_id: span_id.unwrap_or_default(),
+        ..types::Decision::default()
     }
 }
 
@@ -167,7 +196,7 @@ pub fn decision(d: &Decision) -> types::Decision {
 }
 
 /// A decision record, moved.
-fn decision_of(d: Decision) -> types::Decision {
+pub fn decision_of(d: Decision) -> types::Decision {
     let Subject {
         api_version,
         kind,
