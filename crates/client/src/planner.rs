@@ -2,6 +2,7 @@
 
 use std::sync::Mutex;
 
+use futures::stream::{self, StreamExt};
 use serde_json::json;
 use tenantplane_api::Tenant;
 use tenantplane_core::collision::HostObjectMeta;
@@ -12,7 +13,7 @@ use tenantplane_grpc::FieldError;
 use tenantplane_grpc::convert::{from_proto, to_proto};
 use tenantplane_proto::planner::v1::planner_client;
 use tenantplane_proto::planner::v1::{
-    DecisionForm, ExplainHostObjectRequest, GetVersionRequest, Ownership, PlanRequest,
+    DecisionForm, ExplainHostObjectRequest, GetVersionRequest, Ownership, PlanRequest, PlanResponse,
 };
 use tonic::transport::Channel;
 
@@ -22,6 +23,12 @@ use crate::{ClientConfig, ClientError, connect};
 /// Objects per Plan request: batches are split so that requests and responses stay far below
 /// gRPC's default 4 MiB message limit on the server side.
 const MAX_OBJECTS_PER_REQUEST: usize = 1000;
+/// Plan requests of one batch in flight at once. A batch of more than `MIN_OBJECTS_PER_SHARE`
+/// objects is sent as at least this many requests, so that the planner plans one while the
+/// answer to another is encoded, decoded and converted.
+const CONCURRENT_REQUESTS: usize = 4;
+/// The fewest objects a batch is split into requests of (fewer are sent as one request).
+const MIN_OBJECTS_PER_SHARE: usize = 128;
 /// Bytes of tenant objects per Plan request.
 const MAX_OBJECT_BYTES_PER_REQUEST: usize = 1024 * 1024;
 
@@ -124,7 +131,11 @@ impl PlannerClient {
             serde_json::to_vec(&object.object).expect("a JSON value serializes")
         })
         .into_iter();
-        let mut planned = Vec::with_capacity(objects.len());
+        let per_request = objects
+            .len()
+            .div_ceil(CONCURRENT_REQUESTS)
+            .clamp(MIN_OBJECTS_PER_SHARE, MAX_OBJECTS_PER_REQUEST);
+        let mut requests = Vec::new();
         let mut start = 0;
         while start < objects.len() {
             let mut request = PlanRequest {
@@ -138,7 +149,7 @@ impl PlannerClient {
             };
             let mut bytes = 0;
             while let Some(next) = json.as_slice().first() {
-                let full = request.objects.len() >= MAX_OBJECTS_PER_REQUEST
+                let full = request.objects.len() >= per_request
                     || bytes + next.len() > MAX_OBJECT_BYTES_PER_REQUEST;
                 if full && !request.objects.is_empty() {
                     break;
@@ -146,40 +157,27 @@ impl PlannerClient {
                 bytes += next.len();
                 request.objects.extend(json.next());
             }
-            let sent = request.objects.len();
+            let sent = start..start + request.objects.len();
             if !trace_contexts.is_empty() {
-                request.trace_contexts = trace_contexts[start..start + sent].to_vec();
+                request.trace_contexts = trace_contexts[sent.clone()].to_vec();
             }
-            let response = self.inner.plan(request).await?.into_inner();
-            if response.plans.len() != sent {
-                return Err(FieldError::new(
-                    "plans",
-                    format!("{} plans for {sent} objects", response.plans.len()),
-                )
-                .into());
+            start = sent.end;
+            requests.push((request, &objects[sent]));
+        }
+        // Up to CONCURRENT_REQUESTS requests in flight, answers taken in order: the planner plans
+        // a part while the answer to the one before is on the wire or converted here.
+        let mut answers = stream::iter(requests.into_iter().map(|(request, sent)| {
+            let mut inner = self.inner.clone();
+            async move {
+                let response = inner.plan(request).await?.into_inner();
+                Ok::<_, ClientError>((response, sent))
             }
-            let compact = response.decision_form() == DecisionForm::Compact;
-            let sent_objects = &objects[start..start + sent];
-            // Each plan is moved out of its slot by the one thread that converts it.
-            let plans: Vec<_> = response
-                .plans
-                .into_iter()
-                .map(Mutex::new)
-                .enumerate()
-                .collect();
-            for result in parallel::map_in_order(&plans, |(i, slot)| {
-                let field = format!("plans[{i}]");
-                let p = std::mem::take(&mut *slot.lock().unwrap_or_else(|e| e.into_inner()));
-                if compact {
-                    from_proto::compact_object_plan(&field, p, tenant.name(), &sent_objects[*i])
-                } else {
-                    from_proto::object_plan(&field, p)
-                }
-            }) {
-                let (plan, decision) = result?;
-                planned.push(PlannedObject { plan, decision });
-            }
-            start += sent;
+        }))
+        .buffered(CONCURRENT_REQUESTS);
+        let mut planned = Vec::with_capacity(objects.len());
+        while let Some(answer) = answers.next().await {
+            let (response, sent) = answer?;
+            planned.extend(planned_objects(tenant, response, sent)?);
         }
         Ok(planned)
     }
@@ -253,4 +251,39 @@ fn host_object_json(meta: &HostObjectMeta) -> Vec<u8> {
         },
     }))
     .expect("a JSON value serializes")
+}
+
+/// The plans and decisions of one Plan answer, for the objects `sent` in its request.
+fn planned_objects(
+    tenant: &Tenant,
+    response: PlanResponse,
+    sent: &[TenantObject],
+) -> Result<Vec<PlannedObject>, ClientError> {
+    if response.plans.len() != sent.len() {
+        return Err(FieldError::new(
+            "plans",
+            format!("{} plans for {} objects", response.plans.len(), sent.len()),
+        )
+        .into());
+    }
+    let compact = response.decision_form() == DecisionForm::Compact;
+    // Each plan is moved out of its slot by the one thread that converts it.
+    let plans: Vec<_> = response
+        .plans
+        .into_iter()
+        .map(Mutex::new)
+        .enumerate()
+        .collect();
+    parallel::map_in_order(&plans, |(i, slot)| {
+        let field = format!("plans[{i}]");
+        let p = std::mem::take(&mut *slot.lock().unwrap_or_else(|e| e.into_inner()));
+        let (plan, decision) = if compact {
+            from_proto::compact_object_plan(&field, p, tenant.name(), &sent[*i])?
+        } else {
+            from_proto::object_plan(&field, p)?
+        };
+        Ok(PlannedObject { plan, decision })
+    })
+    .into_iter()
+    .collect()
 }
