@@ -78,6 +78,7 @@ async fn main() {
     let (appender, task) = Appender::spawn(store.clone(), AppenderConfig::default());
     let next = Arc::new(AtomicU64::new(0));
     let cpu_before = process_cpu();
+    let threads_before = thread_cpu();
     let started = Instant::now();
     let callers: Vec<_> = (0..o.callers)
         .map(|_| {
@@ -105,6 +106,7 @@ async fn main() {
     let cpu = process_cpu()
         .zip(cpu_before)
         .map(|(after, before)| after - before);
+    let threads = thread_cpu();
     drop(appender);
     task.await.expect("appender task");
     println!(
@@ -121,6 +123,28 @@ async fn main() {
             "append CPU: {:.1} µs per append in this process (user + system, all threads), {:.2} cores busy on average",
             cpu.as_secs_f64() * 1e6 / o.records as f64,
             cpu.as_secs_f64() / elapsed.as_secs_f64()
+        );
+    }
+    // SQLite's writer thread is the one every append waits for; its CPU per append bounds
+    // appends/s on a machine with a core to spare for it.
+    for (name, what) in [
+        (WRITER_THREAD, "writer thread"),
+        (CHECKPOINT_THREAD, "checkpointer thread"),
+    ] {
+        let before = threads_before.get(name).copied().unwrap_or_default();
+        if let Some(after) = threads.get(name) {
+            let spent = after.saturating_sub(before).as_secs_f64();
+            println!(
+                "{what} CPU: {:.1} µs per append, busy {:.0}% of the time",
+                spent * 1e6 / o.records as f64,
+                spent * 100.0 / elapsed.as_secs_f64()
+            );
+        }
+    }
+    if let Some(wal) = wal_size(&url) {
+        println!(
+            "WAL file after the appends: {:.1} MiB (its largest extent)",
+            wal as f64 / (1 << 20) as f64
         );
     }
 
@@ -196,13 +220,53 @@ async fn latency(what: &str, store: &dyn DecisionStore, n: u64, filter: impl Fn(
 /// 10 ms); `None` elsewhere.
 fn process_cpu() -> Option<Duration> {
     let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    parse_stat(&stat).map(|(_, cpu)| cpu)
+}
+
+/// The command (or thread) name and user + system CPU time of a `/proc` `stat` line.
+fn parse_stat(stat: &str) -> Option<(String, Duration)> {
     // Fields after the command name (which is in parentheses and may hold spaces): utime and
     // stime are fields 14 and 15 of the line, the 12th and 13th after the name.
-    let rest = stat.rsplit_once(") ")?.1;
+    let (head, rest) = stat.rsplit_once(") ")?;
+    let name = head.split_once(" (")?.1.to_string();
     let mut fields = rest.split(' ').skip(11);
     let utime: u64 = fields.next()?.parse().ok()?;
     let stime: u64 = fields.next()?.parse().ok()?;
-    Some(Duration::from_millis((utime + stime) * 10))
+    Some((name, Duration::from_millis((utime + stime) * 10)))
+}
+
+/// The SQLite store's thread names as `/proc` shows them (cut to 15 bytes).
+const WRITER_THREAD: &str = "decision-log-wr";
+const CHECKPOINT_THREAD: &str = "decision-log-ch";
+
+/// User + system CPU time of this process's threads so far, summed by thread name (Linux:
+/// `/proc/self/task/*/stat`); empty elsewhere.
+fn thread_cpu() -> std::collections::HashMap<String, Duration> {
+    let mut by_name = std::collections::HashMap::new();
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return by_name;
+    };
+    for task in tasks.flatten() {
+        let Ok(stat) = std::fs::read_to_string(task.path().join("stat")) else {
+            continue;
+        };
+        if let Some((name, cpu)) = parse_stat(&stat) {
+            *by_name.entry(name).or_default() += cpu;
+        }
+    }
+    by_name
+}
+
+/// The size of a SQLite URL's `-wal` file.
+fn wal_size(url: &str) -> Option<u64> {
+    if url.starts_with("postgres") {
+        return None;
+    }
+    let path = url.strip_prefix("sqlite:").unwrap_or(url);
+    let path = path.split('?').next()?;
+    std::fs::metadata(format!("{path}-wal"))
+        .ok()
+        .map(|m| m.len())
 }
 
 fn report(what: &str, times: &mut [Duration]) {

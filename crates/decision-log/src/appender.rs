@@ -13,6 +13,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
 use crate::Error;
+use crate::chain::Record;
 use crate::store::{Appended, DecisionStore};
 
 /// Tuning of the appender.
@@ -39,7 +40,7 @@ type Reply = oneshot::Sender<Result<Vec<Appended>, Arc<Error>>>;
 /// dropped, after committing what was queued.
 #[derive(Clone, Debug)]
 pub struct Appender {
-    queue: mpsc::Sender<(Vec<Decision>, Reply)>,
+    queue: mpsc::Sender<(Vec<Record>, Reply)>,
 }
 
 impl Appender {
@@ -60,11 +61,16 @@ impl Appender {
     }
 
     /// Appends decisions, kept together and in order in one transaction; resolves once they
-    /// are committed.
+    /// are committed. Their records are serialized here, on the caller's task, so that the
+    /// group-commit task only chains and inserts them.
     pub async fn append_all(&self, decisions: Vec<Decision>) -> Result<Vec<Appended>, Error> {
+        let records = decisions
+            .into_iter()
+            .map(Record::new)
+            .collect::<Result<_, _>>()?;
         let (reply, done) = oneshot::channel();
         self.queue
-            .send((decisions, reply))
+            .send((records, reply))
             .await
             .map_err(|_| Error::Closed)?;
         done.await.map_err(|_| Error::Closed)?.map_err(Error::Batch)
@@ -73,7 +79,7 @@ impl Appender {
 
 async fn run(
     store: Arc<dyn DecisionStore>,
-    mut rx: mpsc::Receiver<(Vec<Decision>, Reply)>,
+    mut rx: mpsc::Receiver<(Vec<Record>, Reply)>,
     max_batch: usize,
 ) {
     while let Some(first) = rx.recv().await {
@@ -88,13 +94,13 @@ async fn run(
                 Err(_) => break,
             }
         }
-        let mut decisions = Vec::with_capacity(size);
+        let mut records = Vec::with_capacity(size);
         let mut replies = Vec::with_capacity(requests.len());
         for (batch, reply) in requests {
             replies.push((batch.len(), reply));
-            decisions.extend(batch);
+            records.extend(batch);
         }
-        match store.append_batch(decisions).await {
+        match store.append_records(records).await {
             Ok(appended) => {
                 let mut appended = appended.into_iter();
                 for (n, reply) in replies {

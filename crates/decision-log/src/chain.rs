@@ -47,12 +47,7 @@ pub struct Link {
 impl Link {
     /// Chains `decision` after `(prev_sequence, prev_hash)`.
     pub fn new(decision: &Decision, prev_sequence: u64, prev_hash: &str) -> Result<Link, Error> {
-        let record = canonical_record(decision)?;
-        debug_assert_eq!(
-            record,
-            canonical_json(&serde_json::to_value(decision)?),
-            "canonical_record must write what canonical_json does"
-        );
+        let record = checked_record(decision)?;
         let sequence = prev_sequence + 1;
         Ok(Link {
             sequence,
@@ -226,10 +221,48 @@ fn write_canonical(value: &Value, out: &mut String) {
     }
 }
 
+/// A decision with its canonical record, serialized before it reaches the log's single
+/// writer: [`Appender::append`](crate::Appender::append) builds it on the caller's task, so
+/// the writer only hashes the records into the chain and inserts them.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Record {
+    decision: Decision,
+    json: String,
+}
+
+impl Record {
+    /// Serializes `decision` as its canonical record.
+    pub fn new(decision: Decision) -> Result<Record, Error> {
+        let json = checked_record(&decision)?;
+        Ok(Record { decision, json })
+    }
+
+    /// The decision.
+    pub fn decision(&self) -> &Decision {
+        &self.decision
+    }
+
+    /// Its canonical JSON: the bytes hashed into the link and stored.
+    pub fn json(&self) -> &str {
+        &self.json
+    }
+}
+
+/// [`canonical_record`], compared with [`canonical_json`] in debug builds.
+fn checked_record(decision: &Decision) -> Result<String, Error> {
+    let record = canonical_record(decision)?;
+    debug_assert_eq!(
+        record,
+        canonical_json(&serde_json::to_value(decision)?),
+        "canonical_record must write what canonical_json does"
+    );
+    Ok(record)
+}
+
 /// The canonical JSON of `decision`, written straight from the struct: the same text as
 /// `canonical_json(&serde_json::to_value(decision)?)`, without building the intermediate
 /// [`Value`] and sorting its keys (which was most of the cost of an append). The keys below
-/// are in byte order; a test and a debug assertion in [`Link::new`] compare it with
+/// are in byte order; a test and a debug assertion in [`Record::new`] compare it with
 /// [`canonical_json`], and a field added to [`Decision`] fails that test until it is written
 /// here too.
 pub fn canonical_record(decision: &Decision) -> Result<String, Error> {
@@ -238,9 +271,8 @@ pub fn canonical_record(decision: &Decision) -> Result<String, Error> {
     String::from_utf8(out).map_err(|e| Error::Corrupt(format!("record is not UTF-8: {e}")))
 }
 
-/// Appends the canonical JSON of `decision` to `out` (an append writes a whole batch's records
-/// into one buffer).
-pub(crate) fn canonical_record_into(decision: &Decision, out: &mut Vec<u8>) -> Result<(), Error> {
+/// Appends the canonical JSON of `decision` to `out`.
+fn canonical_record_into(decision: &Decision, out: &mut Vec<u8>) -> Result<(), Error> {
     let d = decision;
     let mut o = Object::open(out);
     o.field("action", &d.action)?;

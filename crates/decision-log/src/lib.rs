@@ -32,7 +32,7 @@ pub mod sqlite;
 pub mod store;
 
 pub use appender::{Appender, AppenderConfig};
-pub use chain::{Break, Checkpoint, Entry, Head, Link, Verifier, VerifyReport};
+pub use chain::{Break, Checkpoint, Entry, Head, Link, Record, Verifier, VerifyReport};
 pub use index::IndexColumns;
 pub use query::{Filter, ObjectFilter, Page, Query};
 pub use store::{Appended, DecisionStore, Retention, entries_after, open, verify};

@@ -9,14 +9,13 @@
 use std::pin::pin;
 
 use k8s_openapi::jiff::Timestamp;
-use tenantplane_core::decision::Decision;
 use tokio::sync::{Mutex, watch};
 use tokio_postgres::binary_copy::BinaryCopyInWriter;
 use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::{Client, GenericClient, NoTls, Row, Transaction};
 
 use crate::Error;
-use crate::chain::{Checkpoint, Entry, Head, Link};
+use crate::chain::{Checkpoint, Entry, Head, Link, Record};
 use crate::index::IndexColumns;
 use crate::query::{Page, Query};
 use crate::sql::{self, POSTGRES, SqlRef, SqlValue};
@@ -211,14 +210,12 @@ async fn optional_i64(
 }
 
 impl DecisionStore for PostgresStore {
-    fn append_batch(&self, decisions: Vec<Decision>) -> StoreFuture<'_, Vec<Appended>> {
+    fn append_records(&self, records: Vec<Record>) -> StoreFuture<'_, Vec<Appended>> {
         Box::pin(async move {
             let mut writer = self.writer.lock().await;
             let tx = writer.transaction().await?;
-            let batch = sql::chain_batch(
-                read_head(&tx, &sql::lock_head(&POSTGRES)).await?,
-                &decisions,
-            )?;
+            let batch =
+                sql::chain_batch(read_head(&tx, &sql::lock_head(&POSTGRES)).await?, &records);
             if batch.len() > 0 {
                 copy_rows(&tx, &batch).await?;
             }

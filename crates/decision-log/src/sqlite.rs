@@ -2,19 +2,22 @@
 //! a commit is on disk when it returns ([`Durability`]). One writer connection (appends take
 //! the database write lock with `BEGIN IMMEDIATE`, which also serializes writers in other
 //! processes) and a small pool of reader connections, which WAL lets read while the writer
-//! commits. rusqlite is synchronous: every call runs on tokio's blocking pool.
+//! commits. rusqlite is synchronous: writes run on a thread of their own that owns the writer
+//! connection, reads on tokio's blocking pool. A checkpointer
+//! thread with its own connection copies the WAL back into the database, so that the writer
+//! does not.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 
 use k8s_openapi::jiff::Timestamp;
+use rusqlite::hooks::Wal;
 use rusqlite::types::{ToSqlOutput, Value};
 use rusqlite::{Connection, OptionalExtension, Row, ToSql, TransactionBehavior, params_from_iter};
-use tenantplane_core::decision::Decision;
-use tokio::sync::watch;
+use tokio::sync::{oneshot, watch};
 
 use crate::Error;
-use crate::chain::{Checkpoint, Entry, Head, Link};
+use crate::chain::{Checkpoint, Entry, Head, Link, Record};
 use crate::index::IndexColumns;
 use crate::query::{Page, Query};
 use crate::sql::{self, SQLITE, SqlRef, SqlValue};
@@ -43,8 +46,13 @@ impl ToSql for SqlValue {
 /// The writer's page cache, in KiB (`cache_size` takes a negative number for KiB).
 const WRITER_CACHE_KIB: i64 = -65_536;
 
-/// WAL pages after which a commit copies the WAL back into the database.
-const WAL_CHECKPOINT_PAGES: i64 = 16_384;
+/// WAL pages not yet copied back after which the checkpointer copies them (32 MiB): a page
+/// changed by several batches in between is copied once.
+const WAL_PASS_PAGES: i64 = 8_192;
+
+/// WAL pages after which the writer finishes the checkpoint itself after its commit (128 MiB):
+/// the bound on the WAL's size. See [`Checkpointer`].
+const WAL_LIMIT_PAGES: i64 = 4 * WAL_PASS_PAGES;
 
 /// How a SQLite commit is made durable (`PRAGMA synchronous`), chosen by the URL's
 /// `?synchronous=full|normal`.
@@ -85,12 +93,126 @@ pub struct SqliteStore {
     inner: Arc<Inner>,
 }
 
+/// Work for the writer thread.
+type WriteJob = Box<dyn FnOnce(&mut Connection) + Send>;
+
 #[derive(Debug)]
 struct Inner {
     path: PathBuf,
-    writer: Mutex<Connection>,
+    /// The writer thread's queue; the thread ends, closing the connection, when it is dropped.
+    writer: std::sync::mpsc::Sender<WriteJob>,
     readers: Mutex<Vec<Connection>>,
     head: watch::Sender<u64>,
+    checkpointer: Arc<Checkpointer>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.checkpointer.close();
+    }
+}
+
+/// Copies the WAL back into the database on its own thread and connection, so that the
+/// writer spends its time on appends. The writer reports the WAL's size after each commit
+/// (SQLite's WAL hook, which replaces its automatic checkpoint); each time [`WAL_PASS_PAGES`]
+/// more pages wait to be copied, the thread runs a `PASSIVE` checkpoint, which copies them
+/// while the writer goes on appending.
+///
+/// The WAL starts over from its beginning only at a transaction that starts after a checkpoint
+/// copied all of it, and the writer, always busy under load, is in its next transaction before
+/// such a checkpoint ends. So once the WAL reaches [`WAL_LIMIT_PAGES`], the writer runs one
+/// `PASSIVE` checkpoint itself right after its commit (as SQLite's automatic checkpoint
+/// does), which copies only what the thread has not yet copied; its next transaction starts
+/// the WAL over. That keeps the WAL bounded, also when the thread's checkpoints fail.
+#[derive(Debug, Default)]
+struct Checkpointer {
+    state: Mutex<WalState>,
+    changed: Condvar,
+}
+
+#[derive(Debug, Default)]
+struct WalState {
+    /// Pages in the WAL after the last commit.
+    pages: i64,
+    /// Pages the thread's last checkpoint copied from the WAL as it is now (0 after the WAL
+    /// started over).
+    copied: i64,
+    closed: bool,
+}
+
+impl WalState {
+    fn pass_due(&self) -> bool {
+        self.pages - self.copied >= WAL_PASS_PAGES
+    }
+}
+
+impl Checkpointer {
+    /// Starts the thread on a connection of its own to `path`.
+    fn start(path: &Path) -> Result<Arc<Checkpointer>, Error> {
+        let conn = connect(path)?;
+        let checkpointer = Arc::new(Checkpointer::default());
+        let shared = checkpointer.clone();
+        std::thread::Builder::new()
+            .name("decision-log-checkpoint".into())
+            .spawn(move || shared.run(&conn))
+            .map_err(|e| Error::Task(format!("starting the checkpointer thread: {e}")))?;
+        Ok(checkpointer)
+    }
+
+    /// Called by the writer after each commit with the WAL's size in pages; true when the
+    /// writer is to finish the checkpoint itself.
+    fn committed(&self, pages: i32) -> bool {
+        let pages = i64::from(pages);
+        let mut state = self.lock();
+        if pages < state.pages {
+            state.copied = 0;
+        }
+        state.pages = pages;
+        if state.pass_due() {
+            self.changed.notify_one();
+        }
+        pages >= WAL_LIMIT_PAGES
+    }
+
+    fn close(&self) {
+        self.lock().closed = true;
+        self.changed.notify_one();
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, WalState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn run(&self, conn: &Connection) {
+        loop {
+            {
+                let mut state = self.lock();
+                while !state.pass_due() && !state.closed {
+                    state = self.changed.wait(state).unwrap_or_else(|p| p.into_inner());
+                }
+                if state.closed {
+                    return;
+                }
+            }
+            // (busy, pages in the WAL, pages copied back). A checkpoint that fails, or finds
+            // the writer checkpointing (busy), is tried again after the next commit; the
+            // writer's own checkpoint at WAL_LIMIT_PAGES bounds the WAL meanwhile.
+            let done = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| {
+                Ok((
+                    r.get::<_, i64>(0)?,
+                    r.get::<_, i64>(1)?,
+                    r.get::<_, i64>(2)?,
+                ))
+            });
+            let mut state = self.lock();
+            match done {
+                // The WAL may have started over meanwhile: then its pages are fewer.
+                Ok((0, pages, copied)) if pages <= state.pages => state.copied = copied,
+                // Not copied: wait for the next commit's report.
+                _ => state.copied = state.pages,
+            }
+        }
+    }
 }
 
 impl SqliteStore {
@@ -110,34 +232,57 @@ impl SqliteStore {
             let mut writer = connect(&path)?;
             writer.pragma_update(None, "synchronous", durability.pragma())?;
             // Appends dirty index pages all over the file; a larger cache keeps them in
-            // memory between batches instead of reading them back, and a larger WAL lets a
-            // page changed by many batches be copied back to the database once per checkpoint.
+            // memory between batches instead of reading them back.
             writer.pragma_update(None, "cache_size", WRITER_CACHE_KIB)?;
-            writer.pragma_update(None, "wal_autocheckpoint", WAL_CHECKPOINT_PAGES)?;
             migrate(&mut writer)?;
             let head = read_head(&writer)?;
+            let checkpointer = Checkpointer::start(&path)?;
+            let reports = checkpointer.clone();
+            writer.wal_hook(Some(move |wal: &mut Wal, pages: i32| {
+                if reports.committed(pages) {
+                    // Like SQLite's automatic checkpoint, whose failures are not reported
+                    // either: the commit has happened, and an error returned here would make
+                    // it look failed. The next commit tries again.
+                    let _ = wal.checkpoint();
+                }
+                Ok(())
+            }))?;
+            let (jobs, queue) = std::sync::mpsc::channel::<WriteJob>();
+            std::thread::Builder::new()
+                .name("decision-log-writer".into())
+                .spawn(move || {
+                    for job in queue {
+                        job(&mut writer);
+                    }
+                })
+                .map_err(|e| Error::Task(format!("starting the writer thread: {e}")))?;
             Ok(SqliteStore {
                 inner: Arc::new(Inner {
                     path,
-                    writer: Mutex::new(writer),
+                    writer: jobs,
                     readers: Mutex::new(Vec::new()),
                     head: head_signal(head.sequence),
+                    checkpointer,
                 }),
             })
         })
         .await
     }
 
+    /// Runs `f` on the writer thread, which owns the writer connection: one thread always,
+    /// so its pages and statements stay in one core's caches.
     async fn write<T: Send + 'static>(
         &self,
         f: impl FnOnce(&mut Connection) -> Result<T, Error> + Send + 'static,
     ) -> Result<T, Error> {
-        let inner = self.inner.clone();
-        blocking(move || {
-            let mut conn = inner.writer.lock().unwrap_or_else(|p| p.into_inner());
-            f(&mut conn)
-        })
-        .await
+        let (reply, done) = oneshot::channel();
+        self.inner
+            .writer
+            .send(Box::new(move |conn| {
+                let _ = reply.send(f(conn));
+            }))
+            .map_err(|_| writer_stopped())?;
+        done.await.map_err(|_| writer_stopped())?
     }
 
     async fn read<T: Send + 'static>(
@@ -165,6 +310,10 @@ impl SqliteStore {
         })
         .await
     }
+}
+
+fn writer_stopped() -> Error {
+    Error::Task("the SQLite writer thread has stopped".into())
 }
 
 async fn blocking<T: Send + 'static>(
@@ -285,20 +434,22 @@ fn insert_rows(conn: &Connection, batch: &sql::ChainedBatch<'_>) -> Result<(), E
 }
 
 impl DecisionStore for SqliteStore {
-    fn append_batch(&self, decisions: Vec<Decision>) -> StoreFuture<'_, Vec<Appended>> {
+    fn append_records(&self, records: Vec<Record>) -> StoreFuture<'_, Vec<Appended>> {
         Box::pin(async move {
-            let (appended, head) = self
+            let (appended, head, records) = self
                 .write(move |conn| {
                     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-                    let batch = sql::chain_batch(read_head(&tx)?, &decisions)?;
+                    let batch = sql::chain_batch(read_head(&tx)?, &records);
                     insert_rows(&tx, &batch)?;
                     tx.prepare_cached(sql::UPDATE_HEAD)?
                         .execute(params_from_iter(sql::head_row(&batch.head)))?;
                     tx.commit()?;
-                    Ok((batch.appended, batch.head.sequence))
+                    Ok((batch.appended, batch.head.sequence, records))
                 })
                 .await?;
             self.inner.head.send_replace(head);
+            // Freed here rather than on the writer thread, which is free for the next batch.
+            drop(records);
             Ok(appended)
         })
     }
@@ -395,5 +546,58 @@ impl DecisionStore for SqliteStore {
 
     fn subscribe(&self) -> watch::Receiver<u64> {
         self.inner.head.subscribe()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::query::{Filter, ObjectFilter};
+
+    /// The plan SQLite picks for `filter`, newest first, one line per step.
+    fn plan(conn: &Connection, filter: Filter) -> String {
+        let mut query = Query::new(filter, 50);
+        query.newest_first = true;
+        let (text, values) = sql::select_query(&query);
+        let mut stmt = conn.prepare(&format!("EXPLAIN QUERY PLAN {text}")).unwrap();
+        let steps = stmt
+            .query_map(params_from_iter(values), |r| r.get::<_, String>(3))
+            .unwrap();
+        steps.map(Result::unwrap).collect::<Vec<_>>().join("\n")
+    }
+
+    #[tokio::test]
+    async fn subject_queries_read_the_tenant_subject_index_without_sorting() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("log.db");
+        SqliteStore::open(&path).await.unwrap();
+        let conn = Connection::open(&path).unwrap();
+        let subject = ObjectFilter::parse("ConfigMap/default/cm-2");
+        let across = plan(
+            &conn,
+            Filter {
+                subject: subject.clone(),
+                ..Filter::default()
+            },
+        );
+        assert!(
+            across.contains("USING COVERING INDEX decisions_tenant_subject (tenant=? AND subject_name=? AND subject_namespace=?)")
+                && across.contains("USING INTEGER PRIMARY KEY")
+                && !across.contains("TEMP B-TREE"),
+            "{across}"
+        );
+        let of_tenant = plan(
+            &conn,
+            Filter {
+                tenant: Some("acme".into()),
+                subject,
+                ..Filter::default()
+            },
+        );
+        assert!(
+            of_tenant.contains("USING INDEX decisions_tenant_subject (tenant=? AND subject_name=? AND subject_namespace=?)")
+                && !of_tenant.contains("TEMP B-TREE"),
+            "{of_tenant}"
+        );
     }
 }

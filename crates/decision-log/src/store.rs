@@ -12,7 +12,7 @@ use tenantplane_core::decision::Decision;
 use tokio::sync::watch;
 
 use crate::Error;
-use crate::chain::{Checkpoint, Entry, Head, Link, Verifier, VerifyReport};
+use crate::chain::{Checkpoint, Entry, Head, Link, Record, Verifier, VerifyReport};
 use crate::index::IndexColumns;
 use crate::postgres::PostgresStore;
 use crate::query::{Page, Query};
@@ -48,8 +48,15 @@ pub struct Retention {
 ///
 /// Methods return boxed futures so that the store can be shared as `Arc<dyn DecisionStore>`.
 pub trait DecisionStore: Send + Sync + fmt::Debug {
+    /// Appends `records` in order, in one transaction; resolves once it is committed.
+    fn append_records(&self, records: Vec<Record>) -> StoreFuture<'_, Vec<Appended>>;
     /// Appends `decisions` in order, in one transaction; resolves once it is committed.
-    fn append_batch(&self, decisions: Vec<Decision>) -> StoreFuture<'_, Vec<Appended>>;
+    fn append_batch(&self, decisions: Vec<Decision>) -> StoreFuture<'_, Vec<Appended>> {
+        match decisions.into_iter().map(Record::new).collect() {
+            Ok(records) => self.append_records(records),
+            Err(e) => Box::pin(std::future::ready(Err(e))),
+        }
+    }
     /// The entry recording decision `id`.
     fn get(&self, id: String) -> StoreFuture<'_, Option<Entry>>;
     /// One page of entries matching a filter.

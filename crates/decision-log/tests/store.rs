@@ -214,6 +214,38 @@ async fn append_get_and_query_with_every_filter() {
 }
 
 #[tokio::test]
+async fn subject_across_tenants_pages_through_every_tenant() {
+    for b in backends().await {
+        // Decision i: tenant i%3, object (i/3)%1000, so cm-2 is decisions 6, 7, 8 of each
+        // block of 3000: sequences 7, 8, 9 of each block of 30 appended.
+        for block in 0..4 {
+            b.store
+                .append_batch(common::decisions(block * 3000, 30, 3))
+                .await
+                .unwrap();
+        }
+        let expected: Vec<u64> = (0..4)
+            .flat_map(|block| [7, 8, 9].map(|s| block * 30 + s))
+            .collect();
+        for subject in ["ConfigMap/default/cm-2", "cm-2"] {
+            let filter = Filter {
+                subject: ObjectFilter::parse(subject),
+                ..Filter::default()
+            };
+            assert_eq!(
+                all_matching(&*b.store, filter.clone(), false).await,
+                expected,
+                "{} {subject}",
+                b.name
+            );
+            let mut newest_first = expected.clone();
+            newest_first.reverse();
+            assert_eq!(all_matching(&*b.store, filter, true).await, newest_first);
+        }
+    }
+}
+
+#[tokio::test]
 async fn pagination_returns_every_entry_once_in_order() {
     for b in backends().await {
         fill(&*b.store, 100).await;
