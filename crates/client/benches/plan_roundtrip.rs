@@ -4,11 +4,16 @@
 //! runtime as the `tenantplane-planner` binary and prints:
 //! - single-object Plan round trip latency (p50, p99) through `PlannerClient::plan`;
 //! - batch throughput in objects/s: remote (batches of 1000 objects through `PlannerClient::plan`,
-//!   which serializes each object to JSON) and in process (`Planner::plan_all` plus
-//!   `Plan::to_decision` on one core, the work the server does per object), one batch of each in
-//!   turn so that both meet the same machine load;
-//! - one batch piece by piece (client JSON, protobuf both ways, the server's handler, the
-//!   client's conversion back into the core's types), to show where the remote time goes.
+//!   which serializes each object to JSON, sends the batch as four requests in flight asking for
+//!   compact decisions, and rebuilds the decisions) and in process (`Planner::plan_all` plus
+//!   `Plan::to_decision` on one core, what explain-sync computes per object), one batch of each
+//!   in turn so that both meet the same machine load;
+//! - one batch piece by piece, as one request (client JSON, protobuf both ways, the server's
+//!   handler, the client's conversion back into the core's types), to show where the remote time
+//!   goes.
+//!
+//! The whole process (server, client and in-process core) runs on mimalloc, the allocator of the
+//! `tenantplane-planner` and `tenantplane` binaries.
 //!
 //! The objects mix the examples' workloads (Deployments, Services, ConfigMaps, Pods the default
 //! policy rejects) so that CEL conditions, mapping and collision checks all run.

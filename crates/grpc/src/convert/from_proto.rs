@@ -106,7 +106,7 @@ pub fn compact_object_plan(
     let source = required_moved(field, "source", source)?;
     let time = required(field, "decision.time", d.time.as_ref())?;
     let stamp = Stamp {
-        time: timestamp(&format!("{field}.decision.time"), time)?,
+        time: timestamp(field, "decision.time", time)?,
         id: d.id,
         component: d.component,
         component_version: d.component_version,
@@ -174,10 +174,10 @@ fn plan_parts(
         collision: p
             .collision
             .as_ref()
-            .map(|c| collision(&format!("{field}.collision"), c))
+            .map(|c| collision(field, c))
             .transpose()?,
-        outcome: self::outcome(&format!("{field}.outcome"), outcome)?,
-        action: self::host_action(&format!("{field}.action"), host_action)?,
+        outcome: self::outcome(field, outcome)?,
+        action: self::host_action(field, host_action)?,
         reason: p.reason,
         message: p.message,
     };
@@ -185,6 +185,7 @@ fn plan_parts(
     Ok((p.source, plan, decision))
 }
 
+/// The collision check of the ObjectPlan at `field`.
 fn collision(field: &str, c: &planner::Collision) -> Result<Collision, FieldError> {
     Ok(match c.kind() {
         planner::CollisionKind::Create => Collision::Create,
@@ -199,11 +200,13 @@ fn collision(field: &str, c: &planner::Collision) -> Result<Collision, FieldErro
                 planner::ConflictCause::OtherSource => ConflictCause::OtherSource,
                 planner::ConflictCause::OtherUid => ConflictCause::OtherUid,
                 planner::ConflictCause::Unspecified => {
-                    return Err(unspecified(&format!("{field}.cause")));
+                    return Err(unspecified(&format!("{field}.collision.cause")));
                 }
             },
         },
-        planner::CollisionKind::Unspecified => return Err(unspecified(&format!("{field}.kind"))),
+        planner::CollisionKind::Unspecified => {
+            return Err(unspecified(&format!("{field}.collision.kind")));
+        }
     })
 }
 
@@ -215,7 +218,7 @@ pub fn decision(field: &str, d: &types::Decision) -> Result<Decision, FieldError
 /// A decision record, moved.
 fn decision_of(field: &str, d: types::Decision) -> Result<Decision, FieldError> {
     let time = required(field, "time", d.time.as_ref())?;
-    let time = timestamp(&format!("{field}.time"), time)?;
+    let time = timestamp(field, "time", time)?;
     let (outcome, action) = (d.outcome(), d.action());
     let subject = required_moved(field, "subject", d.subject)?;
     Ok(Decision {
@@ -236,8 +239,8 @@ fn decision_of(field: &str, d: types::Decision) -> Result<Decision, FieldError> 
             namespace: t.namespace,
             name: t.name,
         }),
-        outcome: self::outcome(&format!("{field}.outcome"), outcome)?,
-        action: host_action(&format!("{field}.action"), action)?,
+        outcome: self::outcome(field, outcome)?,
+        action: host_action(field, action)?,
         policy: d.policy.map(|p| PolicyRef {
             name: p.name,
             revision: p.revision,
@@ -261,10 +264,13 @@ fn decision_of(field: &str, d: types::Decision) -> Result<Decision, FieldError> 
     })
 }
 
-fn timestamp(field: &str, t: &prost_types::Timestamp) -> Result<Timestamp, FieldError> {
-    Timestamp::new(t.seconds, t.nanos).map_err(|e| FieldError::new(field, e.to_string()))
+/// A timestamp, at `{field}.{name}`.
+fn timestamp(field: &str, name: &str, t: &prost_types::Timestamp) -> Result<Timestamp, FieldError> {
+    Timestamp::new(t.seconds, t.nanos)
+        .map_err(|e| FieldError::new(format!("{field}.{name}"), e.to_string()))
 }
 
+/// The outcome of the message at `field` (a plan or a decision).
 fn outcome(field: &str, o: types::Outcome) -> Result<Outcome, FieldError> {
     Ok(match o {
         types::Outcome::Synced => Outcome::Synced,
@@ -275,17 +281,18 @@ fn outcome(field: &str, o: types::Outcome) -> Result<Outcome, FieldError> {
         types::Outcome::Deleted => Outcome::Deleted,
         types::Outcome::Failed => Outcome::Failed,
         types::Outcome::Deferred => Outcome::Deferred,
-        types::Outcome::Unspecified => return Err(unspecified(field)),
+        types::Outcome::Unspecified => return Err(unspecified(&format!("{field}.outcome"))),
     })
 }
 
+/// The host action of the message at `field` (a plan or a decision).
 fn host_action(field: &str, a: types::HostAction) -> Result<HostAction, FieldError> {
     Ok(match a {
         types::HostAction::Create => HostAction::Create,
         types::HostAction::Update => HostAction::Update,
         types::HostAction::Delete => HostAction::Delete,
         types::HostAction::None => HostAction::None,
-        types::HostAction::Unspecified => return Err(unspecified(field)),
+        types::HostAction::Unspecified => return Err(unspecified(&format!("{field}.action"))),
     })
 }
 
