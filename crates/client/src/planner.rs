@@ -144,7 +144,7 @@ impl PlannerClient {
                 objects: Vec::new(),
                 host_objects: host_objects.clone(),
                 trace_contexts: Vec::new(),
-                // Half the bytes: the decisions are rebuilt here from their plans.
+                // A quarter fewer bytes: the decisions are rebuilt here from their plans.
                 decision_form: DecisionForm::Compact.into(),
             };
             let mut bytes = 0;
