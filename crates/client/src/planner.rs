@@ -166,14 +166,19 @@ impl PlannerClient {
         }
         // Up to CONCURRENT_REQUESTS requests in flight, answers taken in order: the planner plans
         // a part while the answer to the one before is on the wire or converted here.
-        let mut answers = stream::iter(requests.into_iter().map(|(request, sent)| {
-            let mut inner = self.inner.clone();
-            async move {
-                let response = inner.plan(request).await?.into_inner();
-                Ok::<_, ClientError>((response, sent))
-            }
-        }))
-        .buffered(CONCURRENT_REQUESTS);
+        // The calls are collected first so that no closure is part of the stream's type: with
+        // one, this future failed the `Send` check of callers that box it (the syncer).
+        let calls: Vec<_> = requests
+            .into_iter()
+            .map(|(request, sent)| {
+                let mut inner = self.inner.clone();
+                async move {
+                    let response = inner.plan(request).await?.into_inner();
+                    Ok::<_, ClientError>((response, sent))
+                }
+            })
+            .collect();
+        let mut answers = stream::iter(calls).buffered(CONCURRENT_REQUESTS);
         let mut planned = Vec::with_capacity(objects.len());
         while let Some(answer) = answers.next().await {
             let (response, sent) = answer?;

@@ -3,6 +3,7 @@
 
 use std::path::Path;
 
+use futures::future::BoxFuture;
 use k8s_openapi::jiff::Timestamp;
 use pretty_assertions::assert_eq;
 use prost::Message;
@@ -138,6 +139,15 @@ async fn remote_plans_equal_in_process_plans() {
     }
 }
 
+/// `plan` as the syncer calls it: boxed as a `Send` future borrowing the batch.
+fn boxed_plan<'a>(
+    client: &'a mut PlannerClient,
+    tenant: &'a Tenant,
+    objects: &'a [TenantObject],
+) -> BoxFuture<'a, Result<Vec<PlannedObject>, ClientError>> {
+    Box::pin(client.plan(tenant, None, objects, &[]))
+}
+
 #[tokio::test]
 async fn batches_larger_than_one_request_keep_their_order() {
     let mut client = PlannerClient::connect(&serve().await).await.unwrap();
@@ -153,7 +163,7 @@ async fn batches_larger_than_one_request_keep_their_order() {
             .unwrap()
         })
         .collect();
-    let remote = client.plan(&tenant, None, &objects, &[]).await.unwrap();
+    let remote = boxed_plan(&mut client, &tenant, &objects).await.unwrap();
     assert_eq!(remote.len(), objects.len());
     assert_eq!(
         comparable(remote),
