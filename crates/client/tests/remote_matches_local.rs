@@ -291,6 +291,53 @@ fn plan_request(tenant: &Tenant, objects: &[TenantObject], host: &[HostObjectMet
     }
 }
 
+/// Plans the examples (and an object with a resource version) under the examples' policy with a
+/// request that does not name a decision form, as a client that predates the field sends it:
+/// the answer's size and its plans as the client reads the full form.
+async fn plan_without_asking(config: &ClientConfig) -> (usize, Vec<PlannedObject>) {
+    let mut raw = RawPlannerClient::new(tenantplane_client::connect(config).await.unwrap());
+    let tenant: Tenant = serde_norway::from_str(&example("tenant.yaml")).unwrap();
+    let request = plan_request(&tenant, &objects_with_a_resource_version(), &host_objects());
+    let full = raw.plan(request).await.unwrap().into_inner();
+    assert_eq!(full.decision_form(), DecisionForm::Full);
+    let bytes = full.encoded_len();
+    let planned = full
+        .plans
+        .into_iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let (plan, decision) = from_proto::object_plan(&format!("plans[{i}]"), p).unwrap();
+            PlannedObject { plan, decision }
+        })
+        .collect();
+    (bytes, planned)
+}
+
+#[tokio::test]
+async fn a_client_that_does_not_ask_gets_full_decisions() {
+    let config = serve().await;
+    let mut raw = RawPlannerClient::new(tenantplane_client::connect(&config).await.unwrap());
+    let tenant: Tenant = serde_norway::from_str(&example("tenant.yaml")).unwrap();
+    let objects = objects_with_a_resource_version();
+    let answer = raw
+        .plan(plan_request(&tenant, &objects, &host_objects()))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(answer.decision_form(), DecisionForm::Full);
+    for p in &answer.plans {
+        let decision = p.decision.as_ref().unwrap();
+        assert_eq!(decision.tenant, "acme");
+        assert!(decision.subject.is_some() && decision.target.is_some());
+        assert!(decision.policy.is_some() && !decision.reason.is_empty());
+    }
+    // Read back, each decision is the record the core builds in process.
+    let (_, full) = plan_without_asking(&config).await;
+    let policy = example("syncpolicy.yaml");
+    let local = local(&tenant, Some(&policy), &objects, &host_objects());
+    assert_eq!(comparable(full), comparable(local));
+}
+
 #[tokio::test]
 async fn compact_and_full_decisions_are_the_same_plans_and_decisions() {
     let config = serve().await;
@@ -299,27 +346,7 @@ async fn compact_and_full_decisions_are_the_same_plans_and_decisions() {
     let tenant: Tenant = serde_norway::from_str(&example("tenant.yaml")).unwrap();
     let objects = objects_with_a_resource_version();
     let host = host_objects();
-
-    // A client that does not ask gets every decision in full, and says so.
-    let full = raw
-        .plan(plan_request(&tenant, &objects, &host))
-        .await
-        .unwrap()
-        .into_inner();
-    assert_eq!(full.decision_form(), DecisionForm::Full);
-    let full_bytes = full.encoded_len();
-    let full: Vec<PlannedObject> = full
-        .plans
-        .into_iter()
-        .enumerate()
-        .map(|(i, p)| {
-            let decision = p.decision.as_ref().unwrap();
-            assert_eq!(decision.tenant, "acme");
-            assert!(decision.subject.is_some() && decision.policy.is_some());
-            let (plan, decision) = from_proto::object_plan(&format!("plans[{i}]"), p).unwrap();
-            PlannedObject { plan, decision }
-        })
-        .collect();
+    let (full_bytes, full) = plan_without_asking(&config).await;
     let seen = &full.last().unwrap().decision;
     assert_eq!(seen.subject.resource_version, "4711");
     assert!(!seen.stripped_keys.is_empty(), "{seen:?}");
