@@ -236,7 +236,7 @@ impl DecisionStore for PostgresStore {
 
     fn query(&self, query: Query) -> StoreFuture<'_, Page> {
         Box::pin(async move {
-            let (text, values) = sql::select_query(&query);
+            let (text, values) = sql::select_query(&POSTGRES, &query);
             let found = self.links(&text, values).await?;
             crate::query::page(found, query.effective_limit())
         })

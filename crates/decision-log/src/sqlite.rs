@@ -465,7 +465,7 @@ impl DecisionStore for SqliteStore {
 
     fn query(&self, query: Query) -> StoreFuture<'_, Page> {
         Box::pin(async move {
-            let (text, values) = sql::select_query(&query);
+            let (text, values) = sql::select_query(&SQLITE, &query);
             let found = self.read(move |conn| links(conn, &text, values)).await?;
             crate::query::page(found, query.effective_limit())
         })
@@ -558,7 +558,7 @@ mod tests {
     fn plan(conn: &Connection, filter: Filter) -> String {
         let mut query = Query::new(filter, 50);
         query.newest_first = true;
-        let (text, values) = sql::select_query(&query);
+        let (text, values) = sql::select_query(&SQLITE, &query);
         let mut stmt = conn.prepare(&format!("EXPLAIN QUERY PLAN {text}")).unwrap();
         let steps = stmt
             .query_map(params_from_iter(values), |r| r.get::<_, String>(3))
