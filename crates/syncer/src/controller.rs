@@ -7,6 +7,7 @@
 //! then the namespace itself if tenantplane created it.
 
 use std::collections::HashMap;
+use std::hash::{Hash as _, Hasher as _};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,8 +17,8 @@ use k8s_openapi::api::core::v1::{Namespace, Secret};
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::discovery::{Discovery, Scope, verbs};
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::reflector::ObjectRef;
-use kube::runtime::watcher;
+use kube::runtime::reflector::{self, ObjectRef};
+use kube::runtime::{PredicateConfig, WatchStreamExt as _, watcher};
 use kube::{Client, ResourceExt};
 use serde_json::json;
 use sha2::{Digest, Sha256};
@@ -72,6 +73,8 @@ pub struct Context {
     pub shard: Option<Arc<Shard>>,
     running: Mutex<HashMap<String, Running>>,
     books: Mutex<HashMap<String, Books>>,
+    /// Consecutive failed reconciles per Tenant, for the retry backoff.
+    failures: std::sync::Mutex<HashMap<String, u32>>,
 }
 
 /// What is recorded about one Tenant outside its tenant runtime: the ledger (flushed to its
@@ -100,6 +103,7 @@ impl Context {
             shard,
             running: Mutex::new(HashMap::new()),
             books: Mutex::new(HashMap::new()),
+            failures: std::sync::Mutex::new(HashMap::new()),
         })
     }
 
@@ -223,8 +227,13 @@ pub async fn run(ctx: Arc<Context>) {
 async fn run_controller(ctx: Arc<Context>) {
     let host = ctx.shared.host.clone();
     let tenants: Api<Tenant> = Api::all(host.clone());
-    let controller = Controller::new(tenants, watcher::Config::default());
-    let store = controller.store();
+    let (store, writer) = reflector::store();
+    let changes = watcher(tenants, watcher::Config::default())
+        .default_backoff()
+        .reflect(writer)
+        .applied_objects()
+        .predicate_filter(reconcile_inputs, PredicateConfig::default());
+    let controller = Controller::for_stream(changes, store.clone());
     let by_profile = store.clone();
     let by_policy = store.clone();
     controller
@@ -263,12 +272,62 @@ async fn run_controller(ctx: Arc<Context>) {
         .await;
 }
 
-fn error_policy(tenant: Arc<Tenant>, error: &Error, _ctx: Arc<Context>) -> Action {
-    tracing::warn!(tenant = %tenant.name_any(), error = %error, "tenant reconcile failed; retrying");
-    Action::requeue(Duration::from_secs(5))
+/// What a reconcile reads from the Tenant object itself: which Tenant (a recreated one is new),
+/// its spec (the generation), whether it is being deleted and whether it carries the finalizer.
+/// Status writes (the syncer writes the counts every status interval) change none of these, so
+/// they do not reconcile the Tenant again; its SyncPolicy and IsolationProfile have watches of
+/// their own, and everything else (the kubeconfig Secret, the tenant control plane) is looked at
+/// again every resync period.
+fn reconcile_inputs(tenant: &Tenant) -> Option<u64> {
+    let mut h = std::hash::DefaultHasher::new();
+    (
+        tenant.metadata.uid.as_deref(),
+        tenant.metadata.generation,
+        tenant.metadata.deletion_timestamp.is_some(),
+        tenant.finalizers().iter().any(|f| f == FINALIZER),
+    )
+        .hash(&mut h);
+    Some(h.finish())
+}
+
+/// The first retry of a failed Tenant reconcile; each further failure doubles it.
+const RETRY_FIRST: Duration = Duration::from_secs(5);
+/// The longest wait between retries of a failing Tenant.
+const RETRY_MAX: Duration = Duration::from_secs(300);
+
+/// The wait before the next retry after `failures` consecutive failed reconciles (1 or more):
+/// 5 s, 10 s, 20 s, ... up to 5 minutes.
+fn retry_after(failures: u32) -> Duration {
+    RETRY_FIRST
+        .saturating_mul(1 << failures.saturating_sub(1).min(16))
+        .min(RETRY_MAX)
+}
+
+fn error_policy(tenant: Arc<Tenant>, error: &Error, ctx: Arc<Context>) -> Action {
+    let name = tenant.name_any();
+    let failures = {
+        let mut failures = ctx.failures.lock().expect("failures lock");
+        let n = failures.entry(name.clone()).or_insert(0);
+        *n += 1;
+        *n
+    };
+    let wait = retry_after(failures);
+    tracing::warn!(tenant = %name, error = %error, failures, retry_in_seconds = wait.as_secs(), "tenant reconcile failed");
+    Action::requeue(wait)
 }
 
 async fn reconcile(tenant: Arc<Tenant>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let result = reconcile_tenant(&tenant, &ctx).await;
+    if result.is_ok() {
+        ctx.failures
+            .lock()
+            .expect("failures lock")
+            .remove(&tenant.name_any());
+    }
+    result
+}
+
+async fn reconcile_tenant(tenant: &Arc<Tenant>, ctx: &Arc<Context>) -> Result<Action, Error> {
     if let Some(shard) = &ctx.shard {
         let name = tenant.name_any();
         let running = ctx.running.lock().await.contains_key(&name);
@@ -285,18 +344,18 @@ async fn reconcile(tenant: Arc<Tenant>, ctx: Arc<Context>) -> Result<Action, Err
         if !ours {
             return Ok(Action::await_change());
         }
-        let action = cleanup(&tenant, &ctx).await?;
+        let action = cleanup(tenant, ctx).await?;
         let rest: Vec<&String> = finalizers.iter().filter(|f| *f != FINALIZER).collect();
-        set_finalizers(&api, &tenant, json!(rest)).await?;
+        set_finalizers(&api, tenant, json!(rest)).await?;
         return Ok(action);
     }
     if !ours {
         // A merge patch carrying the resourceVersion: applied only to the Tenant as read.
         let mut all: Vec<&str> = finalizers.iter().map(String::as_str).collect();
         all.push(FINALIZER);
-        set_finalizers(&api, &tenant, json!(all)).await?;
+        set_finalizers(&api, tenant, json!(all)).await?;
     }
-    apply(&tenant, &ctx).await
+    apply(tenant, ctx).await
 }
 
 async fn set_finalizers(
@@ -633,4 +692,48 @@ async fn cleanup(tenant: &Tenant, ctx: &Context) -> Result<Action, Error> {
     }
     tracing::info!(tenant = %name, removed, "tenant cleaned up");
     Ok(Action::await_change())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tenant(uid: &str, generation: i64) -> Tenant {
+        serde_json::from_value(json!({
+            "apiVersion": "tenantplane.io/v1alpha1", "kind": "Tenant",
+            "metadata": {"name": "acme", "uid": uid, "generation": generation,
+                         "finalizers": [FINALIZER]},
+            "spec": {"controlPlane": {"kubeconfigSecret": {"namespace": "tenantplane-system", "name": "acme", "key": "config"}}},
+        }))
+        .expect("a valid Tenant")
+    }
+
+    #[test]
+    fn a_status_write_does_not_reconcile_the_tenant_again_but_a_spec_change_or_deletion_does() {
+        let before = tenant("u1", 1);
+        let mut status_written = before.clone();
+        status_written.status = Some(Default::default());
+        status_written.metadata.resource_version = Some("42".into());
+        assert_eq!(reconcile_inputs(&before), reconcile_inputs(&status_written));
+
+        let spec_changed = tenant("u1", 2);
+        let recreated = tenant("u2", 1);
+        let mut deleting = before.clone();
+        deleting.metadata.deletion_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+            ));
+        let mut finalizer_removed = before.clone();
+        finalizer_removed.metadata.finalizers = None;
+        for changed in [spec_changed, recreated, deleting, finalizer_removed] {
+            assert_ne!(reconcile_inputs(&before), reconcile_inputs(&changed));
+        }
+    }
+
+    #[test]
+    fn a_failing_tenant_is_retried_with_exponential_backoff_up_to_five_minutes() {
+        let waits: Vec<u64> = (1..=8).map(|n| retry_after(n).as_secs()).collect();
+        assert_eq!(waits, [5, 10, 20, 40, 80, 160, 300, 300]);
+        assert_eq!(retry_after(u32::MAX), RETRY_MAX);
+    }
 }

@@ -248,8 +248,16 @@ pub fn init_with(
     };
     let provider = tracer_provider(service, otlp)?;
     let otel = provider.as_ref().map(|p| {
+        // Spans carry the attributes the services give them and nothing per poll: no busy/idle
+        // timing and no OpenTelemetry context attached on every enter of an instrumented future
+        // (the propagation reads each span's context directly), no thread or source-location
+        // attributes. Each of these costs CPU on every decision (docs/tracing.md, "Overhead").
         tracing_opentelemetry::layer()
             .with_tracer(p.tracer("tenantplane"))
+            .with_tracked_inactivity(false)
+            .with_context_activation(false)
+            .with_threads(false)
+            .with_location(false)
             .with_filter(LevelFilter::INFO)
     });
     // The log filter chooses log lines only: spans at INFO and above are exported whatever it

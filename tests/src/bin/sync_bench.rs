@@ -117,6 +117,11 @@ struct Figures {
     latencies: Vec<Duration>,
     rss_now_kib: u64,
     rss_peak_kib: u64,
+    objects: f64,
+    /// CPU seconds the syncer used from its start until the last host object arrived.
+    syncer_cpu: f64,
+    /// CPU seconds this process (API servers, planner, load generator, watch) used in that time.
+    process_cpu: f64,
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
@@ -138,6 +143,17 @@ fn rss_kib(pid: u32) -> Option<u64> {
         .ok()
 }
 
+/// CPU time (user + system, all threads) the process `pid` has used so far, in seconds; from
+/// `/proc/PID/stat`, whose times are in USER_HZ ticks (100 per second on Linux).
+fn cpu_secs(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The fields after the command name (which may hold spaces) start with the state, field 3;
+    // utime and stime are fields 14 and 15.
+    let mut fields = stat.rsplit_once(") ")?.1.split_whitespace().skip(11);
+    let ticks: u64 = fields.next()?.parse::<u64>().ok()? + fields.next()?.parse::<u64>().ok()?;
+    Some(ticks as f64 / 100.0)
+}
+
 fn cm(ns: &str, name: &str) -> ConfigMap {
     serde_json::from_value(json!({"apiVersion": "v1", "kind": "ConfigMap",
         "metadata": {"name": name, "namespace": ns, "labels": {"app": "bench"}},
@@ -156,6 +172,7 @@ async fn main() -> anyhow::Result<()> {
     let raw_arrivals =
         watch_arrivals(Api::namespaced(host_client.clone(), "raw"), "app=bench").await?;
     let start = Instant::now();
+    let cpu_before = cpu_secs(std::process::id()).unwrap_or(0.0);
     create_configmaps(
         (0..args.objects).map(|i| (host_client.clone(), "raw", format!("raw-{i}"))),
         args.clients,
@@ -165,6 +182,7 @@ async fn main() -> anyhow::Result<()> {
     let last = raw_arrivals.values().max().copied().unwrap_or(start);
     let raw_secs = (last - start).as_secs_f64();
     let raw_rate = args.objects as f64 / raw_secs;
+    let raw_cpu = cpu_secs(std::process::id()).unwrap_or(0.0) - cpu_before;
 
     // 2. The system: planner on loopback, tenants, the syncer as a child process.
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
@@ -179,6 +197,11 @@ async fn main() -> anyhow::Result<()> {
         args.objects, args.tenants, args.clients
     );
     println!("raw host writes:   {raw_rate:8.0} objects/s ({raw_secs:.2} s)");
+    let raw_cpu_per_object = raw_cpu / args.objects as f64;
+    println!(
+        "  CPU per object: {:.0} µs (load generator, host API server and watch, all in this process)",
+        raw_cpu_per_object * 1e6
+    );
     if !args.compare_tracing {
         let run = synced_run(&args, planner_addr, None).await?;
         let label = if args.live {
@@ -186,7 +209,7 @@ async fn main() -> anyhow::Result<()> {
         } else {
             "synced backlog"
         };
-        print_run(label, args.live, &run, raw_rate);
+        print_run(label, args.live, &run, raw_rate, raw_cpu_per_object);
         return Ok(());
     }
     let spans = SpanCounter::default();
@@ -197,40 +220,58 @@ async fn main() -> anyhow::Result<()> {
             .add_service(TraceServiceServer::new(spans.clone()))
             .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
     );
-    let (mut traced_rates, mut plain_rates) = (Vec::new(), Vec::new());
+    // Per setting: the rate and the CPU per object of the syncer and of this process.
+    let (mut traced, mut plain) = (Vec::new(), Vec::new());
     for round in 0..args.rounds.max(1) {
-        for traced in [round % 2 == 1, round % 2 == 0] {
-            let otlp = traced.then(|| format!("http://{otlp_addr}"));
+        for exported in [round % 2 == 1, round % 2 == 0] {
+            let otlp = exported.then(|| format!("http://{otlp_addr}"));
             let run = synced_run(&args, planner_addr, otlp).await?;
-            if traced {
-                print_run(
-                    &format!("round {round}, tracing exported"),
-                    args.live,
-                    &run,
-                    raw_rate,
-                );
-                traced_rates.push(run.rate);
+            let setting = if exported {
+                "tracing exported"
             } else {
-                print_run(
-                    &format!("round {round}, tracing off"),
-                    args.live,
-                    &run,
-                    raw_rate,
-                );
-                plain_rates.push(run.rate);
+                "tracing off"
+            };
+            print_run(
+                &format!("round {round}, {setting}"),
+                args.live,
+                &run,
+                raw_rate,
+                raw_cpu_per_object,
+            );
+            let figures = (
+                run.rate,
+                run.syncer_cpu / run.objects,
+                run.process_cpu / run.objects,
+            );
+            if exported {
+                traced.push(figures);
+            } else {
+                plain.push(figures);
             }
         }
     }
-    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
-    let (traced, plain) = (mean(&traced_rates), mean(&plain_rates));
+    let mean = |v: &[(f64, f64, f64)], pick: fn(&(f64, f64, f64)) -> f64| {
+        v.iter().map(pick).sum::<f64>() / v.len() as f64
+    };
     println!(
         "spans received by the OTLP receiver: {}",
         spans.0.load(Ordering::Relaxed)
     );
+    let (traced_rate, plain_rate) = (mean(&traced, |f| f.0), mean(&plain, |f| f.0));
     println!(
-        "mean: tracing off {plain:.0} objects/s, tracing exported {traced:.0} objects/s; \
+        "mean: tracing off {plain_rate:.0} objects/s, tracing exported {traced_rate:.0} objects/s; \
          tracing overhead {:.1}%",
-        (1.0 - traced / plain) * 100.0
+        (1.0 - traced_rate / plain_rate) * 100.0
+    );
+    let (traced_cpu, plain_cpu) = (mean(&traced, |f| f.1), mean(&plain, |f| f.1));
+    println!(
+        "mean syncer CPU per object: tracing off {:.0} µs, tracing exported {:.0} µs (+{:.1}%); \
+         this process (receiving the spans too): {:.0} µs and {:.0} µs",
+        plain_cpu * 1e6,
+        traced_cpu * 1e6,
+        (traced_cpu / plain_cpu - 1.0) * 100.0,
+        mean(&plain, |f| f.2) * 1e6,
+        mean(&traced, |f| f.2) * 1e6
     );
     Ok(())
 }
@@ -310,7 +351,7 @@ async fn create_configmaps(
     Ok(sent)
 }
 
-fn print_run(label: &str, live: bool, run: &Figures, raw_rate: f64) {
+fn print_run(label: &str, live: bool, run: &Figures, raw_rate: f64, raw_cpu_per_object: f64) {
     if live {
         let create_rate = run.latencies.len() as f64 / run.lead_secs;
         println!(
@@ -341,6 +382,14 @@ fn print_run(label: &str, live: bool, run: &Figures, raw_rate: f64) {
         "  syncer RSS: {:.1} MiB at the end, {:.1} MiB peak",
         run.rss_now_kib as f64 / 1024.0,
         run.rss_peak_kib as f64 / 1024.0
+    );
+    let (syncer, process) = (run.syncer_cpu / run.objects, run.process_cpu / run.objects);
+    println!(
+        "  CPU per object: syncer {:.0} µs, this process {:.0} µs (API servers, planner, watch); \
+         raw / synced {:.2}",
+        syncer * 1e6,
+        process * 1e6,
+        raw_cpu_per_object / (syncer + process)
     );
 }
 
@@ -404,6 +453,7 @@ async fn synced_run(
         watch_arrivals(Api::all(host_client.clone()), "tenantplane.io/managed=true").await?;
 
     let syncer_started = Instant::now();
+    let process_cpu_before = cpu_secs(std::process::id()).unwrap_or(0.0);
     let mut command = tokio::process::Command::new(&syncer_bin);
     match &otlp {
         Some(endpoint) => command.env("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint),
@@ -458,6 +508,8 @@ async fn synced_run(
     };
     let created_secs = start.elapsed().as_secs_f64();
     let arrivals = all_arrived(&arrivals, args.objects).await?;
+    let syncer_cpu = cpu_secs(pid).unwrap_or(0.0);
+    let process_cpu = cpu_secs(std::process::id()).unwrap_or(0.0) - process_cpu_before;
     let last = arrivals.values().max().copied().unwrap_or(start);
     let first = arrivals.values().min().copied().unwrap_or(start);
     let sync_secs = (last - start).as_secs_f64();
@@ -488,5 +540,8 @@ async fn synced_run(
         latencies,
         rss_now_kib: rss_now,
         rss_peak_kib: rss_peak,
+        objects: args.objects as f64,
+        syncer_cpu,
+        process_cpu,
     })
 }
