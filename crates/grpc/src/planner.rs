@@ -192,10 +192,11 @@ fn plan_object(
     trace_context: Option<&String>,
     form: DecisionForm,
 ) -> Result<ObjectPlan, RequestError> {
-    let at = format!("objects[{i}]");
-    let value = from_proto::json_object(&at, bytes)?;
-    let object =
-        TenantObject::from_value(value).map_err(|error| RequestError::Object { at, error })?;
+    let value = from_proto::json_object(format_args!("objects[{i}]"), bytes)?;
+    let object = TenantObject::from_value(value).map_err(|error| RequestError::Object {
+        at: format!("objects[{i}]"),
+        error,
+    })?;
     let span = trace_context.and_then(|parent| object_span(&object, parent));
     let _entered = span.as_ref().map(tracing::Span::enter);
     let plan = planner

@@ -4,6 +4,8 @@
 //! Every function names the offending field by its proto path in a [`FieldError`]: the servers
 //! answer it as INVALID_ARGUMENT, the client reports it as a malformed response.
 
+use std::fmt;
+
 use k8s_openapi::jiff::Timestamp;
 use serde_json::Value;
 use tenantplane_api::{IsolationLevel, SyncAction, Tenant, TenantSpec};
@@ -53,10 +55,11 @@ fn dns_label(field: &str, value: &str) -> Result<(), FieldError> {
     Ok(())
 }
 
-/// A Kubernetes object carried as UTF-8 JSON bytes.
-pub fn json_object(field: &str, bytes: &[u8]) -> Result<Value, FieldError> {
+/// A Kubernetes object carried as UTF-8 JSON bytes; `field`, its proto path, is only formatted
+/// for an error.
+pub fn json_object(field: impl fmt::Display, bytes: &[u8]) -> Result<Value, FieldError> {
     serde_json::from_slice(bytes)
-        .map_err(|e| FieldError::new(field, format!("is not a JSON document: {e}")))
+        .map_err(|e| FieldError::new(field.to_string(), format!("is not a JSON document: {e}")))
 }
 
 /// A YAML or JSON document (a SyncPolicy or an IsolationProfile) carried as UTF-8 bytes.
@@ -336,7 +339,7 @@ pub fn compiled_object(
 ) -> Result<CompiledObject, FieldError> {
     let p = required(field, "provenance", o.provenance.as_ref())?;
     Ok(CompiledObject {
-        object: json_object(&format!("{field}.object"), &o.object)?,
+        object: json_object(format_args!("{field}.object"), &o.object)?,
         provenance: IsolationProvenance {
             profile: p.profile.clone(),
             generation: p.generation,
