@@ -22,7 +22,8 @@ use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::propagation::TraceContextPropagator;
 use opentelemetry_sdk::trace::{Sampler, SdkTracerProvider};
 use tracing_opentelemetry::OpenTelemetrySpanExt;
-use tracing_subscriber::filter::LevelFilter;
+use tracing::Level;
+use tracing_subscriber::filter::filter_fn;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{EnvFilter, Layer};
@@ -258,7 +259,7 @@ pub fn init_with(
             .with_context_activation(false)
             .with_threads(false)
             .with_location(false)
-            .with_filter(LevelFilter::INFO)
+            .with_filter(filter_fn(exported))
     });
     // The log filter chooses log lines only: spans at INFO and above are exported whatever it
     // says (quiet logs must not switch tracing off).
@@ -268,6 +269,18 @@ pub fn init_with(
         .try_init()
         .context("a global tracing subscriber is already installed")?;
     Ok(Telemetry { provider })
+}
+
+/// What the OTLP layer turns into telemetry: spans at INFO and above, and, as events of the span
+/// they happen in, log lines at WARN and above. INFO log lines stay log lines: a decision's
+/// `decision` line repeats what its span's attributes already say.
+fn exported(metadata: &tracing::Metadata<'_>) -> bool {
+    let floor = if metadata.is_span() {
+        Level::INFO
+    } else {
+        Level::WARN
+    };
+    *metadata.level() <= floor
 }
 
 /// The OTLP tracer provider, or `None` when no endpoint is configured.
