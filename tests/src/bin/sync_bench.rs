@@ -25,10 +25,14 @@
 //!   it reports the latency from a tenant create to its host object's arrival (p50, p99), and
 //!   objects/s over the create window, which is bounded by how fast the load generator can
 //!   create tenant objects: it is compared with that create rate, not with the raw rate.
+//! - CPU per object: the CPU time of the syncer and of this process over a synced run (and of
+//!   this process over the raw run), divided by N: what the rates cost, steadier than the rates
+//!   on a shared machine.
 //!
 //! `--compare-tracing` measures the cost of tracing in the same run: the sync is run twice, each
 //! time on a fresh host and fresh tenants, first with the syncer exporting every span over OTLP
-//! to a receiver in this process, then with no exporter, and both rates are printed.
+//! to a receiver in this process, then with no exporter (`--rounds N` pairs, alternating which
+//! goes first), and the mean rates and the syncer's CPU per object of both are printed.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -117,6 +121,7 @@ struct Figures {
     latencies: Vec<Duration>,
     rss_now_kib: u64,
     rss_peak_kib: u64,
+    /// N, the objects synced.
     objects: f64,
     /// CPU seconds the syncer used from its start until the last host object arrived.
     syncer_cpu: f64,
