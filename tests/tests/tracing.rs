@@ -258,6 +258,16 @@ async fn each_decision_is_one_span_with_the_planner_compiler_and_host_calls_as_c
             "trace id of {}",
             d.id
         );
+        let mut keys: Vec<&str> = span.attributes.iter().map(|a| a.key.as_str()).collect();
+        let all = keys.len();
+        keys.sort_unstable();
+        keys.dedup();
+        assert_eq!(
+            keys.len(),
+            all,
+            "each attribute once on the span of {}",
+            d.id
+        );
         let attr = |k: &str| attribute(span, k);
         assert_eq!(
             attr("tenantplane.decision.id").as_deref(),

@@ -880,7 +880,6 @@ impl Worker {
                         &format!("{e}; retried with backoff, nothing guessed"),
                         trace::stamp_in(&span, COMPONENT),
                     );
-                    trace::describe(&span, &d);
                     let k = self.key_string(key);
                     let content = reconcile::observed_digest(&o.object);
                     if self
@@ -893,6 +892,8 @@ impl Worker {
                             .record(&k, &d, &content, Some(reference_of(&o.object)), started)
                             .instrument(span)
                             .await;
+                    } else {
+                        trace::describe(&span, &d);
                     }
                     self.backoff(key);
                 }
@@ -986,7 +987,6 @@ impl Worker {
                 step.decision.message, r.from_uid, object.identity.uid
             );
         }
-        trace::describe(&span, &step.decision);
         // No read before the write: every write carries a precondition on the host object the
         // decision saw (create: nothing at the name; apply: its resourceVersion; delete: its
         // uid), so a decision on a stale cache fails with 409 and is taken again on fresh state.
@@ -1001,22 +1001,26 @@ impl Worker {
         } else {
             reconcile::observed_digest(&object.object)
         };
+        // The span describes what the evaluation concluded; a recorded decision is described
+        // by the recorder, once (an OpenTelemetry span keeps every value set, repeats included).
         let ledger = self.recorder.ledger();
         if step.decision.outcome == Outcome::Unchanged && !ledger.seen(&k) {
             // First sight since start of an object already in place: the decision on the host
             // object still explains it; re-recording it on every restart would be noise.
+            trace::describe(&span, &step.decision);
             ledger.remember(&k, &step.decision, &content);
-        } else if ledger.worth_recording(&k, &step.decision, &content, step.writes())
-            && let Err(e) = self
-                .recorder
-                .record(
-                    &k,
-                    &step.decision,
-                    &content,
-                    Some(reference_of(&object.object)),
-                    started,
-                )
-                .await
+        } else if !ledger.worth_recording(&k, &step.decision, &content, step.writes()) {
+            trace::describe(&span, &step.decision);
+        } else if let Err(e) = self
+            .recorder
+            .record(
+                &k,
+                &step.decision,
+                &content,
+                Some(reference_of(&object.object)),
+                started,
+            )
+            .await
         {
             tracing::warn!(error = %e, "decision not recorded; nothing written, retrying");
             self.backoff(key);
@@ -1228,7 +1232,6 @@ impl Worker {
             self.succeeded(key);
             return;
         };
-        trace::describe(&span, &step.decision);
         async {
             if let Err(e) = self
                 .recorder

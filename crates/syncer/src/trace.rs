@@ -129,7 +129,9 @@ pub fn stamp_in(span: &tracing::Span, component: &str) -> Stamp {
     stamp
 }
 
-/// What an evaluation concluded, on its span (whether or not a decision is recorded).
+/// What an evaluation concluded, on its span: called once per span, by
+/// [`mark_decision`] when the decision is recorded, else by the evaluation (the attributes of an
+/// OpenTelemetry span are a list: a value recorded twice is exported twice).
 pub fn describe(span: &tracing::Span, decision: &Decision) {
     let s = &decision.subject;
     if !s.uid.is_empty() {
