@@ -1,8 +1,9 @@
 //! The Tenant controller in the host cluster: finalizer, host namespace, isolation, the tenant
 //! control plane connection, and one [`TenantRuntime`](crate::tenant::TenantRuntime) per Tenant.
 //!
-//! A Tenant is reconciled when it changes, when its SyncPolicy or IsolationProfile changes, and
-//! every resync period. Deleting a Tenant stops its runtime and removes, from its host namespace,
+//! A Tenant is reconciled when its spec, identity, deletion or finalizer change (not its status,
+//! which the syncer itself writes), when its SyncPolicy or IsolationProfile changes, and every
+//! resync period; a failing reconcile is retried with exponential backoff. Deleting a Tenant stops its runtime and removes, from its host namespace,
 //! only what tenantplane owns (`tenantplane.io/managed=true` and `tenantplane.io/tenant=<name>`),
 //! then the namespace itself if tenantplane created it.
 
