@@ -161,9 +161,10 @@ fn main() {
 /// Also returns the size of the response per object.
 async fn halves(tenant: &Tenant, batch: &[TenantObject]) -> (Vec<(&'static str, Duration)>, usize) {
     use prost::Message;
+    use tenantplane_core::mapping::{MAPPING_VERSION, TenantPlacement};
     use tenantplane_grpc::convert::{from_proto, to_proto};
     use tenantplane_proto::planner::v1::planner_server::Planner as _;
-    use tenantplane_proto::planner::v1::{DecisionForm, PlanRequest, PlanResponse};
+    use tenantplane_proto::planner::v1::{DecisionForm, PlacementForm, PlanRequest, PlanResponse};
 
     let service = PlannerService::new();
     let mut times = [Duration::ZERO; 7];
@@ -178,6 +179,8 @@ async fn halves(tenant: &Tenant, batch: &[TenantObject]) -> (Vec<(&'static str, 
                 .map(|o| serde_json::to_vec(&o.object).unwrap())
                 .collect(),
             decision_form: DecisionForm::Compact.into(),
+            placement_form: PlacementForm::Derived.into(),
+            mapping_version: MAPPING_VERSION.to_string(),
             ..Default::default()
         };
         laps[1] = Instant::now();
@@ -189,13 +192,16 @@ async fn halves(tenant: &Tenant, batch: &[TenantObject]) -> (Vec<(&'static str, 
         laps[4] = Instant::now();
         let response = PlanResponse::decode(bytes.as_slice()).unwrap();
         laps[5] = Instant::now();
+        let placement = TenantPlacement::from(tenant);
+        let answer = from_proto::PlanAnswer::of(&response, &placement);
         let planned: Vec<_> = response
             .plans
             .into_iter()
             .zip(batch)
             .enumerate()
             .map(|(i, (p, object))| {
-                from_proto::compact_object_plan(&format!("plans[{i}]"), p, tenant.name(), object)
+                answer
+                    .object_plan(&format!("plans[{i}]"), p, object)
                     .unwrap()
             })
             .collect();

@@ -8,12 +8,15 @@ use tenantplane_api::Tenant;
 use tenantplane_core::collision::HostObjectMeta;
 use tenantplane_core::decision::PolicyRef;
 use tenantplane_core::mapping::Provenance;
+use tenantplane_core::mapping::{MAPPING_VERSION, TenantPlacement};
 use tenantplane_core::{Decision, Plan, TenantObject, parallel};
 use tenantplane_grpc::FieldError;
-use tenantplane_grpc::convert::{from_proto, to_proto};
+use tenantplane_grpc::convert::from_proto::{self, PlanAnswer};
+use tenantplane_grpc::convert::to_proto;
 use tenantplane_proto::planner::v1::planner_client;
 use tenantplane_proto::planner::v1::{
-    DecisionForm, ExplainHostObjectRequest, GetVersionRequest, Ownership, PlanRequest, PlanResponse,
+    DecisionForm, ExplainHostObjectRequest, GetVersionRequest, Ownership, PlacementForm,
+    PlanRequest, PlanResponse,
 };
 use tonic::transport::Channel;
 
@@ -146,6 +149,9 @@ impl PlannerClient {
                 trace_contexts: Vec::new(),
                 // A quarter fewer bytes: the decisions are rebuilt here from their plans.
                 decision_form: DecisionForm::Compact.into(),
+                // A third fewer again: the placements' metadata is derived here from the objects.
+                placement_form: PlacementForm::Derived.into(),
+                mapping_version: MAPPING_VERSION.to_string(),
             };
             let mut bytes = 0;
             while let Some(next) = json.as_slice().first() {
@@ -271,7 +277,8 @@ fn planned_objects(
         )
         .into());
     }
-    let compact = response.decision_form() == DecisionForm::Compact;
+    let tenant = TenantPlacement::from(tenant);
+    let answer = PlanAnswer::of(&response, &tenant);
     // Each plan is moved out of its slot by the one thread that converts it.
     let plans: Vec<_> = response
         .plans
@@ -282,11 +289,7 @@ fn planned_objects(
     parallel::map_in_order(&plans, |(i, slot)| {
         let field = format!("plans[{i}]");
         let p = std::mem::take(&mut *slot.lock().unwrap_or_else(|e| e.into_inner()));
-        let (plan, decision) = if compact {
-            from_proto::compact_object_plan(&field, p, tenant.name(), &sent[*i])?
-        } else {
-            from_proto::object_plan(&field, p)?
-        };
+        let (plan, decision) = answer.object_plan(&field, p, &sent[*i])?;
         Ok(PlannedObject { plan, decision })
     })
     .into_iter()

@@ -14,13 +14,14 @@ use tenantplane_client::{
 };
 use tenantplane_core::collision::HostObjectMeta;
 use tenantplane_core::decision::Stamp;
+use tenantplane_core::mapping::{MAPPING_VERSION, TenantPlacement};
 use tenantplane_core::planner::HostState;
 use tenantplane_core::{CompiledPolicy, Decision, Planner, TenantObject};
 use tenantplane_grpc::convert::{from_proto, to_proto};
 use tenantplane_grpc::{IsolationService, PlannerService};
 use tenantplane_isolation::ObjectRef;
 use tenantplane_proto::planner::v1::planner_client::PlannerClient as RawPlannerClient;
-use tenantplane_proto::planner::v1::{DecisionForm, PlanRequest};
+use tenantplane_proto::planner::v1::{DecisionForm, PlacementForm, PlanRequest, PlanResponse};
 use tokio::net::TcpListener;
 use tokio_stream::wrappers::TcpListenerStream;
 
@@ -314,7 +315,7 @@ async fn plan_without_asking(config: &ClientConfig) -> (usize, Vec<PlannedObject
 }
 
 #[tokio::test]
-async fn a_client_that_does_not_ask_gets_full_decisions() {
+async fn a_client_that_does_not_ask_gets_full_decisions_and_placements() {
     let config = serve().await;
     let mut raw = RawPlannerClient::new(tenantplane_client::connect(&config).await.unwrap());
     let tenant: Tenant = serde_norway::from_str(&example("tenant.yaml")).unwrap();
@@ -325,7 +326,13 @@ async fn a_client_that_does_not_ask_gets_full_decisions() {
         .unwrap()
         .into_inner();
     assert_eq!(answer.decision_form(), DecisionForm::Full);
+    assert_eq!(answer.placement_form(), PlacementForm::Full);
     for p in &answer.plans {
+        let placement = p.placement.as_ref().unwrap();
+        assert!(
+            placement.labels.contains_key("tenantplane.io/tenant"),
+            "{placement:?}"
+        );
         let decision = p.decision.as_ref().unwrap();
         assert_eq!(decision.tenant, "acme");
         assert!(decision.subject.is_some() && decision.target.is_some());
@@ -375,10 +382,98 @@ async fn compact_and_full_decisions_are_the_same_plans_and_decisions() {
         assert!(decision.input_digest.starts_with("sha256:"), "{decision:?}");
     }
 
-    // PlannerClient asks for the compact form and rebuilds the very records of the full one.
+    // Derived placements leave out the labels, annotations and stripped keys the caller's mapping
+    // computes from the objects it sent: about a third of the compact answer.
+    let derived = raw
+        .plan(PlanRequest {
+            decision_form: DecisionForm::Compact.into(),
+            placement_form: PlacementForm::Derived.into(),
+            mapping_version: MAPPING_VERSION.to_string(),
+            ..plan_request(&tenant, &objects, &host)
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(derived.placement_form(), PlacementForm::Derived);
+    assert_eq!(compact.placement_form(), PlacementForm::Full);
+    assert!(
+        derived.encoded_len() * 4 < compact.encoded_len() * 3,
+        "{} bytes derived, {} compact",
+        derived.encoded_len(),
+        compact.encoded_len()
+    );
+    for p in &derived.plans {
+        let placement = p.placement.as_ref().unwrap();
+        assert!(placement.target.is_some(), "{placement:?}");
+        assert!(
+            placement.labels.is_empty()
+                && placement.annotations.is_empty()
+                && placement.stripped_keys.is_empty(),
+            "{placement:?}"
+        );
+    }
+
+    // PlannerClient asks for compact decisions and derived placements and rebuilds the very plans
+    // and records of the full forms, stripped keys and their mention in the message included.
     let rebuilt = client
         .plan(&tenant, Some(&example("syncpolicy.yaml")), &objects, &host)
         .await
         .unwrap();
     assert_eq!(comparable(rebuilt), comparable(full));
+}
+
+#[tokio::test]
+async fn placements_are_derived_only_under_the_planners_mapping_scheme() {
+    let config = serve().await;
+    let mut raw = RawPlannerClient::new(tenantplane_client::connect(&config).await.unwrap());
+    let tenant: Tenant = serde_norway::from_str(&example("tenant.yaml")).unwrap();
+    let objects = objects_with_a_resource_version();
+    for mapping_version in ["", "v0", "v2"] {
+        let answer = raw
+            .plan(PlanRequest {
+                placement_form: PlacementForm::Derived.into(),
+                mapping_version: mapping_version.to_string(),
+                ..plan_request(&tenant, &objects, &host_objects())
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(
+            answer.placement_form(),
+            PlacementForm::Full,
+            "{mapping_version:?}"
+        );
+        let last = answer.plans.last().unwrap().placement.as_ref().unwrap();
+        assert_eq!(
+            last.stripped_keys,
+            vec!["annotation tenantplane.io/source-uid"]
+        );
+    }
+}
+
+#[test]
+fn a_derived_placement_that_lands_elsewhere_is_refused() {
+    let tenant: Tenant = serde_norway::from_str(&example("tenant.yaml")).unwrap();
+    let placement = TenantPlacement::from(&tenant);
+    let object = objects_with_a_resource_version().pop().unwrap();
+    let planned = local(&tenant, None, std::slice::from_ref(&object), &[]).remove(0);
+    let stamp = Stamp::now("tenantplane-planner");
+    let mut p = to_proto::object_plan(
+        object.identity.clone(),
+        planned.plan,
+        to_proto::compact_decision(stamp, planned.decision.input_digest),
+        PlacementForm::Derived,
+    );
+    let response = PlanResponse {
+        decision_form: DecisionForm::Compact.into(),
+        placement_form: PlacementForm::Derived.into(),
+        ..PlanResponse::default()
+    };
+    let answer = from_proto::PlanAnswer::of(&response, &placement);
+    assert!(answer.object_plan("plans[0]", p.clone(), &object).is_ok());
+    // A planner whose scheme of the same version placed the object elsewhere.
+    p.placement.as_mut().unwrap().target.as_mut().unwrap().name = "seen-elsewhere".into();
+    let error = answer.object_plan("plans[0]", p, &object).unwrap_err();
+    assert_eq!(error.field, "plans[0].placement.target");
+    assert!(error.problem.contains("seen-x-shop"), "{error:?}");
 }

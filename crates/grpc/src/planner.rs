@@ -13,7 +13,7 @@ use tenantplane_core::{CompiledPolicy, ENGINE_VERSION, MAPPING_VERSION, Planner,
 use tenantplane_proto::planner::v1::planner_server::{self, PlannerServer};
 use tenantplane_proto::planner::v1::{
     DecisionForm, ExplainHostObjectRequest, ExplainHostObjectResponse, GetVersionRequest,
-    GetVersionResponse, ObjectPlan, Ownership, PlanRequest, PlanResponse,
+    GetVersionResponse, ObjectPlan, Ownership, PlacementForm, PlanRequest, PlanResponse,
 };
 use tenantplane_proto::types::v1 as types;
 use tonic::{Request, Response, Status};
@@ -122,9 +122,24 @@ impl PlannerService {
             DecisionForm::Compact => DecisionForm::Compact,
             DecisionForm::Full | DecisionForm::Unspecified => DecisionForm::Full,
         };
+        // Derived placements only under the caller's mapping scheme being this planner's.
+        let placement_form = match request.placement_form() {
+            PlacementForm::Derived if request.mapping_version == MAPPING_VERSION => {
+                PlacementForm::Derived
+            }
+            _ => PlacementForm::Full,
+        };
         let objects: Vec<_> = request.objects.iter().enumerate().collect();
         let plans = parallel::map_in_order(&objects, |&(i, bytes)| {
-            plan_object(&planner, &host, bytes, i, traces.get(i), form)
+            plan_object(
+                &planner,
+                &host,
+                bytes,
+                i,
+                traces.get(i),
+                form,
+                placement_form,
+            )
         })
         .into_iter()
         .collect::<Result<_, _>>()?;
@@ -133,6 +148,7 @@ impl PlannerService {
             plans,
             policy: Some(to_proto::policy_ref(policy.name(), policy.revision())),
             decision_form: form.into(),
+            placement_form: placement_form.into(),
         })
     }
 
@@ -183,7 +199,7 @@ pub const PLAN_OBJECT_SPAN: &str = "tenantplane.planner.plan_object";
 
 /// Reads, plans and records `objects[i]` (JSON `bytes`), in a child span of the caller's span
 /// for it when the request carries its trace context, so each decision's trace shows its own
-/// planning; answers its decision in `form`.
+/// planning; answers its decision in `form` and its placement in `placement_form`.
 fn plan_object(
     planner: &Planner,
     host: &HostState,
@@ -191,6 +207,7 @@ fn plan_object(
     i: usize,
     trace_context: Option<&String>,
     form: DecisionForm,
+    placement_form: PlacementForm,
 ) -> Result<ObjectPlan, RequestError> {
     let value = from_proto::json_object(format_args!("objects[{i}]"), bytes)?;
     let object = TenantObject::from_value(value).map_err(|error| RequestError::Object {
@@ -215,7 +232,12 @@ fn plan_object(
             to_proto::decision_of(plan.to_decision(planner.tenant(), &object, stamp))
         }
     };
-    Ok(to_proto::object_plan(object.identity, plan, decision))
+    Ok(to_proto::object_plan(
+        object.identity,
+        plan,
+        decision,
+        placement_form,
+    ))
 }
 
 /// The span of planning one object, a child of the caller's span for it; `None` when `parent` is

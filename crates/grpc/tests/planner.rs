@@ -7,7 +7,7 @@ use support::{example, example_documents, json, serve};
 use tenantplane_proto::planner::v1::planner_client::PlannerClient;
 use tenantplane_proto::planner::v1::{
     CollisionKind, ConflictCause, DecisionForm, ExplainHostObjectRequest, GetVersionRequest,
-    NameForm, Ownership, PlanRequest, SyncAction,
+    NameForm, Ownership, PlacementForm, PlanRequest, SyncAction,
 };
 use tenantplane_proto::types::v1::{HostAction, Outcome, TenantRef};
 use tonic::Code;
@@ -28,6 +28,8 @@ fn request(objects: &[serde_json::Value]) -> PlanRequest {
         host_objects: Vec::new(),
         trace_contexts: Vec::new(),
         decision_form: DecisionForm::Unspecified.into(),
+        placement_form: PlacementForm::Unspecified.into(),
+        mapping_version: String::new(),
     }
 }
 

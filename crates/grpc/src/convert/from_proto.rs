@@ -11,7 +11,9 @@ use serde_json::Value;
 use tenantplane_api::{IsolationLevel, SyncAction, Tenant, TenantSpec};
 use tenantplane_core::collision::{Collision, ConflictCause};
 use tenantplane_core::decision::{HostAction, HostTarget, PolicyRef, ProfileRef, Stamp, Subject};
-use tenantplane_core::mapping::{HostNameForm, NameSyntax, Provenance};
+use tenantplane_core::mapping::{
+    self, HostNameForm, MAPPING_VERSION, NameSyntax, Provenance, TenantPlacement,
+};
 use tenantplane_core::{Decision, Outcome, Placement, Plan, SourceIdentity, TenantObject, Verdict};
 use tenantplane_isolation::{CompiledObject, IsolationProvenance, ObjectRef};
 use tenantplane_proto::isolation::v1 as isolation;
@@ -87,77 +89,141 @@ pub fn object_ref(field: &str, r: &types::ObjectRef) -> Result<ObjectRef, FieldE
     })
 }
 
-/// The plan and decision of one object, as the planner answered them in the full form (every
-/// decision field set), moved out of the response.
+/// The plan and decision of one object, as the planner answered them in the full forms (every
+/// decision and placement field set), moved out of the response.
 pub fn object_plan(field: &str, p: planner::ObjectPlan) -> Result<(Plan, Decision), FieldError> {
-    let (_, plan, decision) = plan_parts(field, p)?;
+    let (_, plan, decision) = plan_parts(field, p, None)?;
     Ok((plan, decision_of(&format!("{field}.decision"), decision)?))
 }
 
-/// The plan and decision of one object, as the planner answered them in the compact form
-/// (`DECISION_FORM_COMPACT`: the decision carries its stamp, digest and mapping version only),
-/// moved out of the response. The rest of the decision is rebuilt by [`Plan::to_decision`], the
-/// code that built it on the server, from the plan, the `tenant` name and the `object` sent as
-/// `objects[i]` (whose resource version the answer does not repeat).
-pub fn compact_object_plan(
-    field: &str,
-    p: planner::ObjectPlan,
-    tenant: &str,
-    object: &TenantObject,
-) -> Result<(Plan, Decision), FieldError> {
-    let (source, plan, d) = plan_parts(field, p)?;
-    let source = required_moved(field, "source", source)?;
-    let time = required(field, "decision.time", d.time.as_ref())?;
-    let stamp = Stamp {
-        time: timestamp(field, "decision.time", time)?,
-        id: d.id,
-        component: d.component,
-        component_version: d.component_version,
-        trace_id: some_moved(d.trace_id),
-        span_id: some_moved(d.span_id),
-    };
-    // The input digest is the planner's (of the object as it read it), so the object's JSON is
-    // not digested again: the decision is built from its identity alone.
-    let subject = TenantObject {
-        identity: source_identity_of(source),
-        resource_version: object.resource_version.clone(),
-        object: Value::Null,
-    };
-    let mut decision = plan.to_decision(tenant, &subject, stamp);
-    decision.input_digest = d.input_digest;
-    decision.mapping_version = d.mapping_version;
-    Ok((plan, decision))
+/// How the plans of one Plan answer are completed: in the forms the response says it is in,
+/// what the planner left out is derived or rebuilt here, by the core code that computed it on the
+/// planner, from the request.
+#[derive(Clone, Copy, Debug)]
+pub struct PlanAnswer<'a> {
+    /// The tenant of the request.
+    tenant: &'a TenantPlacement,
+    /// `DECISION_FORM_COMPACT`: each decision is rebuilt from its plan.
+    compact_decisions: bool,
+    /// `PLACEMENT_FORM_DERIVED`: each placement's labels, annotations and stripped keys are
+    /// derived from the object sent.
+    derived_placements: bool,
 }
 
-/// An ObjectPlan's source identity (which the full form does not need), plan and decision message.
+impl<'a> PlanAnswer<'a> {
+    /// The forms of `response`, to a request for `tenant`.
+    pub fn of(response: &planner::PlanResponse, tenant: &'a TenantPlacement) -> Self {
+        PlanAnswer {
+            tenant,
+            compact_decisions: response.decision_form() == planner::DecisionForm::Compact,
+            derived_placements: response.placement_form() == planner::PlacementForm::Derived,
+        }
+    }
+
+    /// The plan and decision of `p`, the answer at `field` for `object` (the object sent as
+    /// `objects[i]`), moved out of the response. In the compact decision form the decision
+    /// (which carries its stamp, digest and mapping version only) is rebuilt by
+    /// [`Plan::to_decision`], the code that built it on the planner, from the plan, the tenant and
+    /// the object (whose resource version the answer does not repeat). In the derived placement
+    /// form the placement is [`mapping::place`] of the object, which must land at the target the
+    /// planner answered.
+    pub fn object_plan(
+        &self,
+        field: &str,
+        p: planner::ObjectPlan,
+        object: &TenantObject,
+    ) -> Result<(Plan, Decision), FieldError> {
+        let derive = self.derived_placements.then_some((self.tenant, object));
+        let (source, plan, d) = plan_parts(field, p, derive)?;
+        if !self.compact_decisions {
+            return Ok((plan, decision_of(&format!("{field}.decision"), d)?));
+        }
+        let source = required_moved(field, "source", source)?;
+        let time = required(field, "decision.time", d.time.as_ref())?;
+        let stamp = Stamp {
+            time: timestamp(field, "decision.time", time)?,
+            id: d.id,
+            component: d.component,
+            component_version: d.component_version,
+            trace_id: some_moved(d.trace_id),
+            span_id: some_moved(d.span_id),
+        };
+        // The input digest is the planner's (of the object as it read it), so the object's JSON
+        // is not digested again: the decision is built from its identity alone.
+        let subject = TenantObject {
+            identity: source_identity_of(source),
+            resource_version: object.resource_version.clone(),
+            object: Value::Null,
+        };
+        let mut decision = plan.to_decision(&self.tenant.tenant, &subject, stamp);
+        decision.input_digest = d.input_digest;
+        decision.mapping_version = d.mapping_version;
+        Ok((plan, decision))
+    }
+}
+
+/// An ObjectPlan's source identity (which the full form does not need), plan and decision
+/// message. With `derive`, the placement is the mapping of the object for the tenant, checked
+/// against the target and name form of the answer.
 fn plan_parts(
     field: &str,
     p: planner::ObjectPlan,
+    derive: Option<(&TenantPlacement, &TenantObject)>,
 ) -> Result<(Option<types::SourceIdentity>, Plan, types::Decision), FieldError> {
     let (outcome, host_action) = (p.outcome(), p.action());
     let placement = required_moved(field, "placement", p.placement)?;
-    let name_form = placement.name_form();
+    let name_form = match placement.name_form() {
+        planner::NameForm::Readable => HostNameForm::Readable,
+        planner::NameForm::Hashed => HostNameForm::Hashed,
+        planner::NameForm::Unspecified => {
+            return Err(unspecified(&format!("{field}.placement.name_form")));
+        }
+    };
     let target = required_moved(field, "placement.target", placement.target)?;
-    let v = required_moved(field, "verdict", p.verdict)?;
-    let action = v.action();
-    let policy = required_moved(field, "verdict.policy", v.policy)?;
-    let plan = Plan {
-        placement: Placement {
+    let placement = match derive {
+        Some((tenant, object)) => {
+            let derived = mapping::place(tenant, object);
+            let lands = (
+                derived.api_version.as_str(),
+                derived.kind.as_str(),
+                derived.namespace.as_str(),
+                derived.name.as_str(),
+                derived.name_form,
+            );
+            let answered = (
+                target.api_version.as_str(),
+                target.kind.as_str(),
+                target.namespace.as_str(),
+                target.name.as_str(),
+                name_form,
+            );
+            if lands != answered {
+                return Err(FieldError::new(
+                    format!("{field}.placement.target"),
+                    format!(
+                        "is {answered:?}, but mapping {MAPPING_VERSION} places the object sent at \
+                         {lands:?}"
+                    ),
+                ));
+            }
+            derived
+        }
+        None => Placement {
             api_version: target.api_version,
             kind: target.kind,
             namespace: target.namespace,
             name: target.name,
-            name_form: match name_form {
-                planner::NameForm::Readable => HostNameForm::Readable,
-                planner::NameForm::Hashed => HostNameForm::Hashed,
-                planner::NameForm::Unspecified => {
-                    return Err(unspecified(&format!("{field}.placement.name_form")));
-                }
-            },
+            name_form,
             labels: placement.labels.into_iter().collect(),
             annotations: placement.annotations.into_iter().collect(),
             stripped_keys: placement.stripped_keys,
         },
+    };
+    let v = required_moved(field, "verdict", p.verdict)?;
+    let action = v.action();
+    let policy = required_moved(field, "verdict.policy", v.policy)?;
+    let plan = Plan {
+        placement,
         verdict: Verdict {
             policy: policy.name,
             policy_revision: policy.revision,

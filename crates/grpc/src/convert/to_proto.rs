@@ -20,11 +20,13 @@ pub fn tenant(tenant: &Tenant) -> types::TenantRef {
 }
 
 /// The plan of one tenant object with its decision record, moved into the response (the server
-/// builds them for the response alone, so nothing is copied).
+/// builds them for the response alone, so nothing is copied). In `PLACEMENT_FORM_DERIVED` the
+/// placement carries its target and name form only.
 pub fn object_plan(
     source: SourceIdentity,
     plan: Plan,
     decision: types::Decision,
+    placement_form: planner::PlacementForm,
 ) -> planner::ObjectPlan {
     let Plan {
         placement,
@@ -37,7 +39,7 @@ pub fn object_plan(
     } = plan;
     planner::ObjectPlan {
         source: Some(source_identity(source)),
-        placement: Some(self::placement(placement)),
+        placement: Some(self::placement(placement, placement_form)),
         verdict: Some(self::verdict(verdict)),
         collision: collision.as_ref().map(self::collision),
         outcome: self::outcome(outcome).into(),
@@ -91,7 +93,8 @@ fn source_identity(id: SourceIdentity) -> types::SourceIdentity {
     }
 }
 
-fn placement(p: Placement) -> planner::Placement {
+fn placement(p: Placement, form: planner::PlacementForm) -> planner::Placement {
+    let derived = form == planner::PlacementForm::Derived;
     planner::Placement {
         target: Some(types::ObjectRef {
             api_version: p.api_version,
@@ -104,9 +107,17 @@ fn placement(p: Placement) -> planner::Placement {
             HostNameForm::Hashed => planner::NameForm::Hashed,
         }
         .into(),
-        labels: p.labels.into_iter().collect(),
-        annotations: p.annotations.into_iter().collect(),
-        stripped_keys: p.stripped_keys,
+        labels: if derived {
+            Default::default()
+        } else {
+            p.labels.into_iter().collect()
+        },
+        annotations: if derived {
+            Default::default()
+        } else {
+            p.annotations.into_iter().collect()
+        },
+        stripped_keys: if derived { Vec::new() } else { p.stripped_keys },
     }
 }
 
