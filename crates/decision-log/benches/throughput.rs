@@ -9,7 +9,8 @@
 //! Defaults: 1,000,000 records, 512 concurrent callers each awaiting its own `append` (as syncer
 //! workers do), a fresh SQLite file in a temporary directory. `--url postgres://...` measures
 //! a PostgreSQL database instead (it should be empty). Prints one line per figure; for SQLite
-//! also the CPU per append of the writer and checkpointer threads and the WAL file's size.
+//! also the CPU per append of the writer, checkpointer and durability threads and the WAL
+//! file's size.
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -111,7 +112,7 @@ async fn main() {
     drop(appender);
     task.await.expect("appender task");
     println!(
-        "append: {} decisions in {:.2}s = {:.0} appends/s (each awaited until committed)",
+        "append: {} decisions in {:.2}s = {:.0} appends/s (each awaited until durable)",
         o.records,
         elapsed.as_secs_f64(),
         o.records as f64 / elapsed.as_secs_f64()
@@ -131,6 +132,7 @@ async fn main() {
     for (name, what) in [
         (WRITER_THREAD, "writer thread"),
         (CHECKPOINT_THREAD, "checkpointer thread"),
+        (DURABILITY_THREAD, "durability thread"),
     ] {
         let before = threads_before.get(name).copied().unwrap_or_default();
         if let Some(after) = threads.get(name) {
@@ -239,6 +241,7 @@ fn parse_stat(stat: &str) -> Option<(String, Duration)> {
 /// The SQLite store's thread names as `/proc` shows them (cut to 15 bytes).
 const WRITER_THREAD: &str = "decision-log-wr";
 const CHECKPOINT_THREAD: &str = "decision-log-ch";
+const DURABILITY_THREAD: &str = "decision-log-du";
 
 /// User + system CPU time of this process's threads so far, summed by thread name (Linux:
 /// `/proc/self/task/*/stat`); empty elsewhere.

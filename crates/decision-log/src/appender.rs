@@ -1,10 +1,12 @@
 //! Group commit: many callers append concurrently, one task commits their decisions in batches.
 //!
-//! [`Appender::append`] resolves only after the transaction holding the decision has
-//! committed, so the syncer can write the decision id on a host object knowing the decision is
-//! durable. While one batch commits, the next one fills up from the queue: under load batches
-//! grow to [`AppenderConfig::max_batch`] and one commit (one fsync) covers them all; when idle
-//! a lone decision commits at once, with no timer to wait for.
+//! [`Appender::append`] resolves only after the batch holding the decision is durable, so the
+//! syncer can write the decision id on a host object knowing the decision is recorded. While one
+//! batch commits, the next one fills up from the queue: under load batches grow to
+//! [`AppenderConfig::max_batch`]; when idle a lone decision commits at once, with no timer to
+//! wait for. The task gathers the next batch as soon as the store has committed one
+//! ([`DecisionStore::append_records_pipelined`]); that batch's callers are answered when it is
+//! durable (for SQLite, after the fsync that runs while the next batch commits).
 
 use std::sync::Arc;
 
@@ -54,14 +56,14 @@ impl Appender {
         (Appender { queue }, task)
     }
 
-    /// Appends one decision; resolves once it is committed.
+    /// Appends one decision; resolves once it is durable.
     pub async fn append(&self, decision: Decision) -> Result<Appended, Error> {
         let mut appended = self.append_all(vec![decision]).await?;
         appended.pop().ok_or(Error::Closed)
     }
 
     /// Appends decisions, kept together and in order in one transaction; resolves once they
-    /// are committed. Their records are serialized here, on the caller's task, so that the
+    /// are durable. Their records are serialized here, on the caller's task, so that the
     /// group-commit task only chains and inserts them.
     pub async fn append_all(&self, decisions: Vec<Decision>) -> Result<Vec<Appended>, Error> {
         let records = decisions
@@ -82,6 +84,8 @@ async fn run(
     mut rx: mpsc::Receiver<(Vec<Record>, Reply)>,
     max_batch: usize,
 ) {
+    // Batches committed and waiting to be durable; awaited before the task ends.
+    let mut acknowledging: Vec<JoinHandle<()>> = Vec::new();
     while let Some(first) = rx.recv().await {
         let mut requests = vec![first];
         let mut size = requests[0].0.len();
@@ -100,19 +104,35 @@ async fn run(
             replies.push((batch.len(), reply));
             records.extend(batch);
         }
-        match store.append_records(records).await {
-            Ok(appended) => {
-                let mut appended = appended.into_iter();
-                for (n, reply) in replies {
-                    // A caller that stopped waiting does not undo its append.
-                    let _ = reply.send(Ok(appended.by_ref().take(n).collect()));
-                }
+        match store.append_records_pipelined(records).await {
+            Ok(durable) => {
+                acknowledging.retain(|task| !task.is_finished());
+                acknowledging.push(tokio::spawn(async move {
+                    acknowledge(durable.await, replies);
+                }));
             }
-            Err(e) => {
-                let e = Arc::new(e);
-                for (_, reply) in replies {
-                    let _ = reply.send(Err(e.clone()));
-                }
+            Err(e) => acknowledge(Err(e), replies),
+        }
+    }
+    for task in acknowledging {
+        let _ = task.await;
+    }
+}
+
+/// Answers a batch's callers, each with its own decisions or the batch's error.
+fn acknowledge(outcome: Result<Vec<Appended>, Error>, replies: Vec<(usize, Reply)>) {
+    match outcome {
+        Ok(appended) => {
+            let mut appended = appended.into_iter();
+            for (n, reply) in replies {
+                // A caller that stopped waiting does not undo its append.
+                let _ = reply.send(Ok(appended.by_ref().take(n).collect()));
+            }
+        }
+        Err(e) => {
+            let e = Arc::new(e);
+            for (_, reply) in replies {
+                let _ = reply.send(Err(e.clone()));
             }
         }
     }

@@ -31,11 +31,15 @@ mod sql;
 pub mod sqlite;
 pub mod store;
 
+#[cfg(test)]
+#[path = "../tests/common/mod.rs"]
+mod test_decisions;
+
 pub use appender::{Appender, AppenderConfig};
 pub use chain::{Break, Checkpoint, Entry, Head, Link, Record, Verifier, VerifyReport};
 pub use index::IndexColumns;
 pub use query::{Filter, ObjectFilter, Page, Query};
-pub use store::{Appended, DecisionStore, Retention, entries_after, open, verify};
+pub use store::{Appended, DecisionStore, Durable, Retention, entries_after, open, verify};
 
 /// What can go wrong in the decision log.
 #[derive(Debug, thiserror::Error)]
@@ -75,6 +79,10 @@ pub enum Error {
     /// The batch holding this decision failed to commit; nothing of it was recorded.
     #[error("append failed: {0}")]
     Batch(Arc<Error>),
+    /// A committed batch could not be made durable (SQLite: the fsync of the WAL failed); its
+    /// decisions are not acknowledged.
+    #[error("decisions not durable: {0}")]
+    NotDurable(String),
     /// The appender task has stopped.
     #[error("the decision log appender is stopped")]
     Closed,

@@ -1,6 +1,8 @@
-//! The embedded backend: one SQLite file in WAL mode with `synchronous = FULL` by default, so
-//! a commit is on disk when it returns ([`Durability`]). One writer connection (appends take
-//! the database write lock with `BEGIN IMMEDIATE`, which also serializes writers in other
+//! The embedded backend: one SQLite file in WAL mode. By default ([`Durability::Full`]) an
+//! append is acknowledged only once its batch is on disk, with the fsync pipelined: the writer
+//! commits without waiting for the disk and starts the next batch while a durability thread
+//! fsyncs the WAL and then acknowledges the batch. One writer connection (appends take the
+//! database write lock with `BEGIN IMMEDIATE`, which also serializes writers in other
 //! processes) and a small pool of reader connections, which WAL lets read while the writer
 //! commits. rusqlite is synchronous: writes run on a thread of their own that owns the writer
 //! connection, reads on tokio's blocking pool. A checkpointer
@@ -8,7 +10,7 @@
 //! does not.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, mpsc};
 
 use k8s_openapi::jiff::Timestamp;
 use rusqlite::hooks::Wal;
@@ -22,7 +24,8 @@ use crate::index::IndexColumns;
 use crate::query::{Page, Query};
 use crate::sql::{self, SQLITE, SqlRef, SqlValue};
 use crate::store::{
-    Appended, DecisionStore, Retention, StoreFuture, age_limit, head_signal, retention_cutoff,
+    Appended, DecisionStore, Durable, Retention, StoreFuture, age_limit, head_signal,
+    retention_cutoff,
 };
 
 impl ToSql for SqlRef<'_> {
@@ -54,18 +57,20 @@ const WAL_PASS_PAGES: i64 = 8_192;
 /// the bound on the WAL's size. See [`Checkpointer`].
 const WAL_LIMIT_PAGES: i64 = 4 * WAL_PASS_PAGES;
 
-/// How a SQLite commit is made durable (`PRAGMA synchronous`), chosen by the URL's
-/// `?synchronous=full|normal`.
+/// How a SQLite append is made durable, chosen by the URL's `?synchronous=full|normal`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Durability {
-    /// `synchronous = FULL`, the default: every commit fsyncs the WAL, so a batch whose
-    /// `append` returned survives a crash of the process, of the OS and a power loss.
+    /// The default: an append is acknowledged only after an fsync of the WAL that started
+    /// after its batch committed, so it survives a crash of the process, of the OS and a power
+    /// loss, as with `synchronous = FULL`. The writer commits with `synchronous = NORMAL` (no
+    /// fsync inside the commit) and a durability thread runs the fsync ([`Acknowledger`]),
+    /// while the writer goes on with the next batch.
     #[default]
     Full,
-    /// `synchronous = NORMAL`: the WAL is fsynced only at checkpoints. A committed batch
-    /// survives a crash of the process (the kill -9 test) but an OS crash or power loss may lose
-    /// the last batches, while host objects written after them carry their ids: the log stays
-    /// a verifiable chain, only shorter than what the syncer acted on.
+    /// `synchronous = NORMAL`, acknowledged at commit: the WAL is fsynced only at checkpoints.
+    /// A committed batch survives a crash of the process (the kill -9 test) but an OS crash or
+    /// power loss may lose the last batches, while host objects written after them carry their
+    /// ids: the log stays a verifiable chain, only shorter than what the syncer acted on.
     Normal,
 }
 
@@ -78,13 +83,97 @@ impl Durability {
             _ => None,
         }
     }
+}
 
-    fn pragma(self) -> &'static str {
-        match self {
-            Durability::Full => "FULL",
-            Durability::Normal => "NORMAL",
-        }
+/// Makes the WAL's committed frames durable: `fdatasync` of the `-wal` file, or a test's stand-in.
+type SyncWal = Box<dyn FnMut() -> std::io::Result<()> + Send>;
+
+/// A committed batch waiting for the fsync that makes it durable, and whom to tell.
+type Pending = (Vec<Appended>, oneshot::Sender<Result<Vec<Appended>, Error>>);
+
+/// The durability thread's side of [`Durability::Full`]: after each commit the writer hands it
+/// the batch; the thread takes every batch queued, fsyncs the WAL once for all of them and then
+/// acknowledges them. A batch is acknowledged only by an fsync that started after its commit
+/// (it was queued before the fsync began), so its frames, written to the WAL by the commit,
+/// are on disk. Once an fsync fails, that batch and every later one fail with
+/// [`Error::NotDurable`] and the writer takes no more appends: the kernel may have dropped
+/// pages of the WAL that a later successful fsync would not write again.
+#[derive(Clone, Debug)]
+struct Acknowledger {
+    queue: mpsc::Sender<Pending>,
+    failed: Arc<Mutex<Option<String>>>,
+}
+
+impl Acknowledger {
+    /// Starts the durability thread, which fsyncs with `sync`.
+    fn start(mut sync: SyncWal, wal: PathBuf) -> Result<Acknowledger, Error> {
+        let (queue, pending) = mpsc::channel::<Pending>();
+        let failed = Arc::new(Mutex::new(None));
+        let acknowledger = Acknowledger {
+            queue,
+            failed: failed.clone(),
+        };
+        std::thread::Builder::new()
+            .name("decision-log-durable".into())
+            .spawn(move || {
+                while let Ok(first) = pending.recv() {
+                    let batches: Vec<Pending> =
+                        std::iter::once(first).chain(pending.try_iter()).collect();
+                    let mut failure = failed.lock().unwrap_or_else(|p| p.into_inner());
+                    if failure.is_none()
+                        && let Err(e) = sync()
+                    {
+                        *failure = Some(format!(
+                            "fsync of {} failed: {e}; the decisions of this batch may not be on \
+                             disk and are not acknowledged, and the log takes no more appends \
+                             until it is reopened",
+                            wal.display()
+                        ));
+                    }
+                    let failure = failure.clone();
+                    for (appended, reply) in batches {
+                        let _ = reply.send(match &failure {
+                            None => Ok(appended),
+                            Some(why) => Err(Error::NotDurable(why.clone())),
+                        });
+                    }
+                }
+            })
+            .map_err(|e| Error::Task(format!("starting the durability thread: {e}")))?;
+        Ok(acknowledger)
     }
+
+    /// The error every append gets once an fsync has failed.
+    fn refusal(&self) -> Option<Error> {
+        let failed = self.failed.lock().unwrap_or_else(|p| p.into_inner());
+        failed.clone().map(Error::NotDurable)
+    }
+
+    /// Hands a committed batch to the thread; the receiver resolves once it is durable.
+    fn committed(
+        &self,
+        appended: Vec<Appended>,
+    ) -> oneshot::Receiver<Result<Vec<Appended>, Error>> {
+        let (reply, durable) = oneshot::channel();
+        // If the thread has stopped, the reply is dropped and the batch fails as not durable.
+        let _ = self.queue.send((appended, reply));
+        durable
+    }
+}
+
+/// The production [`SyncWal`]: `fdatasync` of the database's `-wal` file through a handle of
+/// its own. SQLite reuses that file (from its beginning after a checkpoint copied all of it,
+/// never replacing it while a connection is open), so the one handle covers every commit.
+/// The directory is fsynced once, so that the file's entry is on disk too.
+fn wal_file_sync(wal: &Path) -> std::io::Result<SyncWal> {
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(wal)?;
+    if let Some(dir) = wal.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::File::open(dir)?.sync_all()?;
+    }
+    Ok(Box::new(move || file.sync_data()))
 }
 
 /// A decision log in a SQLite file.
@@ -104,6 +193,9 @@ struct Inner {
     readers: Mutex<Vec<Connection>>,
     head: watch::Sender<u64>,
     checkpointer: Arc<Checkpointer>,
+    /// The durability thread ([`Durability::Full`]); none when commits are acknowledged as
+    /// they return ([`Durability::Normal`]).
+    acknowledger: Option<Acknowledger>,
 }
 
 impl Drop for Inner {
@@ -222,20 +314,43 @@ impl SqliteStore {
         SqliteStore::open_with(path, Durability::Full).await
     }
 
-    /// Opens the log at `path`, its commits made durable as `durability` says.
+    /// Opens the log at `path`, its appends made durable as `durability` says.
     pub async fn open_with(
         path: impl AsRef<Path>,
         durability: Durability,
     ) -> Result<SqliteStore, Error> {
-        let path = path.as_ref().to_path_buf();
+        SqliteStore::start(path.as_ref().to_path_buf(), durability, wal_file_sync).await
+    }
+
+    /// Opens the log at `path`; with [`Durability::Full`], `sync_wal` makes the WAL file
+    /// (named by its argument) a way to fsync it.
+    async fn start(
+        path: PathBuf,
+        durability: Durability,
+        sync_wal: impl FnOnce(&Path) -> std::io::Result<SyncWal> + Send + 'static,
+    ) -> Result<SqliteStore, Error> {
         blocking(move || {
             let mut writer = connect(&path)?;
-            writer.pragma_update(None, "synchronous", durability.pragma())?;
+            // No fsync inside a commit: with Full the durability thread makes batches durable.
+            writer.pragma_update(None, "synchronous", "NORMAL")?;
             // Appends dirty index pages all over the file; a larger cache keeps them in
             // memory between batches instead of reading them back.
             writer.pragma_update(None, "cache_size", WRITER_CACHE_KIB)?;
             migrate(&mut writer)?;
             let head = read_head(&writer)?;
+            let acknowledger = match durability {
+                Durability::Full => {
+                    // The file exists from the first transaction on a WAL-mode database.
+                    let mut wal = path.clone().into_os_string();
+                    wal.push("-wal");
+                    let wal = PathBuf::from(wal);
+                    let sync = sync_wal(&wal).map_err(|e| {
+                        Error::NotDurable(format!("opening {} to fsync it: {e}", wal.display()))
+                    })?;
+                    Some(Acknowledger::start(sync, wal)?)
+                }
+                Durability::Normal => None,
+            };
             let checkpointer = Checkpointer::start(&path)?;
             let reports = checkpointer.clone();
             writer.wal_hook(Some(move |wal: &mut Wal, pages: i32| {
@@ -247,7 +362,7 @@ impl SqliteStore {
                 }
                 Ok(())
             }))?;
-            let (jobs, queue) = std::sync::mpsc::channel::<WriteJob>();
+            let (jobs, queue) = mpsc::channel::<WriteJob>();
             std::thread::Builder::new()
                 .name("decision-log-writer".into())
                 .spawn(move || {
@@ -263,6 +378,7 @@ impl SqliteStore {
                     readers: Mutex::new(Vec::new()),
                     head: head_signal(head.sequence),
                     checkpointer,
+                    acknowledger,
                 }),
             })
         })
@@ -328,7 +444,7 @@ fn connect(path: &Path) -> Result<Connection, Error> {
     let conn = Connection::open(path)?;
     conn.busy_timeout(std::time::Duration::from_secs(10))?;
     conn.pragma_update(None, "journal_mode", "WAL")?;
-    conn.pragma_update(None, "synchronous", Durability::Full.pragma())?;
+    conn.pragma_update(None, "synchronous", "FULL")?;
     Ok(conn)
 }
 
@@ -435,22 +551,54 @@ fn insert_rows(conn: &Connection, batch: &sql::ChainedBatch<'_>) -> Result<(), E
 
 impl DecisionStore for SqliteStore {
     fn append_records(&self, records: Vec<Record>) -> StoreFuture<'_, Vec<Appended>> {
+        Box::pin(async move { self.append_records_pipelined(records).await?.await })
+    }
+
+    fn append_records_pipelined(&self, records: Vec<Record>) -> StoreFuture<'_, Durable> {
         Box::pin(async move {
-            let (appended, head, records) = self
+            let acknowledger = self.inner.acknowledger.clone();
+            let (durable, head, records) = self
                 .write(move |conn| {
+                    if let Some(refusal) = acknowledger.as_ref().and_then(Acknowledger::refusal) {
+                        return Err(refusal);
+                    }
                     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
                     let batch = sql::chain_batch(read_head(&tx)?, &records);
                     insert_rows(&tx, &batch)?;
                     tx.prepare_cached(sql::UPDATE_HEAD)?
                         .execute(params_from_iter(sql::head_row(&batch.head)))?;
                     tx.commit()?;
-                    Ok((batch.appended, batch.head.sequence, records))
+                    // Handed over on this thread, so batches reach the durability thread in
+                    // commit order.
+                    let durable = match acknowledger {
+                        Some(acknowledger) => acknowledger.committed(batch.appended),
+                        None => {
+                            let (durable, now) = oneshot::channel();
+                            let _ = durable.send(Ok(batch.appended));
+                            now
+                        }
+                    };
+                    Ok((durable, batch.head.sequence, records))
                 })
                 .await?;
-            self.inner.head.send_replace(head);
             // Freed here rather than on the writer thread, which is free for the next batch.
             drop(records);
-            Ok(appended)
+            let inner = self.inner.clone();
+            let durable: Durable = Box::pin(async move {
+                let appended = durable
+                    .await
+                    .map_err(|_| Error::NotDurable("the durability thread has stopped".into()))??;
+                // Batches become durable in commit order, but their waiters may run in any.
+                inner.head.send_if_modified(|signalled| {
+                    let newer = head > *signalled;
+                    if newer {
+                        *signalled = head;
+                    }
+                    newer
+                });
+                Ok(appended)
+            });
+            Ok(durable)
         })
     }
 
@@ -564,6 +712,91 @@ mod tests {
             .query_map(params_from_iter(values), |r| r.get::<_, String>(3))
             .unwrap();
         steps.map(Result::unwrap).collect::<Vec<_>>().join("\n")
+    }
+
+    /// A store whose WAL "fsync" is `sync`.
+    async fn with_sync(path: &Path, sync: SyncWal) -> SqliteStore {
+        SqliteStore::start(path.to_path_buf(), Durability::Full, move |_| Ok(sync))
+            .await
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn an_append_is_acknowledged_only_after_the_wal_fsync() {
+        let dir = tempfile::tempdir().unwrap();
+        let (release, gate) = mpsc::channel::<()>();
+        let store = with_sync(
+            &dir.path().join("log.db"),
+            Box::new(move || {
+                gate.recv().map_err(std::io::Error::other)?;
+                Ok(())
+            }),
+        )
+        .await;
+        let watch = store.subscribe();
+        let appending = tokio::spawn({
+            let store = store.clone();
+            async move {
+                store
+                    .append_batch(crate::test_decisions::decisions(0, 3, 2))
+                    .await
+            }
+        });
+        // Committed (readers see it) while its fsync is held back...
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while store.head().await.unwrap().sequence < 3 {
+            assert!(std::time::Instant::now() < deadline, "never committed");
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        // ...but neither acknowledged nor announced to watchers.
+        assert!(!appending.is_finished(), "acknowledged before the fsync");
+        assert_eq!(*watch.borrow(), 0);
+        release.send(()).unwrap();
+        let appended = appending.await.unwrap().unwrap();
+        assert_eq!(
+            appended.iter().map(|a| a.sequence).collect::<Vec<_>>(),
+            [1, 2, 3]
+        );
+        assert_eq!(*watch.borrow(), 3);
+    }
+
+    #[tokio::test]
+    async fn a_failed_fsync_fails_the_batch_and_every_later_append() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("log.db");
+        let store = with_sync(
+            &path,
+            Box::new(|| Err(std::io::Error::other("injected: device gone"))),
+        )
+        .await;
+        let (appender, task) =
+            crate::Appender::spawn(Arc::new(store.clone()), crate::AppenderConfig::default());
+        let failed = appender
+            .append(crate::test_decisions::decision(0, 1))
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(
+            failed.contains("decisions not durable: fsync of")
+                && failed.contains("log.db-wal failed: injected: device gone")
+                && failed.contains("not acknowledged"),
+            "{failed}"
+        );
+        // No later append is acknowledged either, nor even committed.
+        let later = store
+            .append_batch(crate::test_decisions::decisions(1, 2, 1))
+            .await
+            .unwrap_err();
+        assert!(matches!(later, Error::NotDurable(_)), "{later}");
+        assert_eq!(store.head().await.unwrap().sequence, 1);
+        drop(appender);
+        task.await.unwrap();
+        // The committed but unacknowledged batch is a whole link: the log verifies.
+        drop(store);
+        let reopened = SqliteStore::open(&path).await.unwrap();
+        let report = crate::verify(&reopened, None).await.unwrap();
+        assert!(report.is_ok() && report.links == 1, "{report:?}");
     }
 
     #[tokio::test]

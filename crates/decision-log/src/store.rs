@@ -21,6 +21,11 @@ use crate::sqlite::{Durability, SqliteStore};
 /// What a store method returns.
 pub type StoreFuture<'a, T> = BoxFuture<'a, Result<T, Error>>;
 
+/// A committed batch on its way to disk: resolves with where its decisions landed once they are
+/// durable, or with the error that kept them from it (see
+/// [`DecisionStore::append_records_pipelined`]).
+pub type Durable = BoxFuture<'static, Result<Vec<Appended>, Error>>;
+
 /// Where an appended decision landed in the chain.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -50,6 +55,18 @@ pub struct Retention {
 pub trait DecisionStore: Send + Sync + fmt::Debug {
     /// Appends `records` in order, in one transaction; resolves once it is committed.
     fn append_records(&self, records: Vec<Record>) -> StoreFuture<'_, Vec<Appended>>;
+    /// Appends `records` like [`DecisionStore::append_records`], in two steps: resolves once
+    /// the store can take the next batch, with a [`Durable`] that resolves once this one is
+    /// durable. Nothing may act on the decisions before the [`Durable`] resolves. SQLite
+    /// makes a batch durable while it commits the next one; a store whose commit is durable
+    /// when it returns (PostgreSQL) resolves after it, with the [`Durable`] already resolved.
+    fn append_records_pipelined(&self, records: Vec<Record>) -> StoreFuture<'_, Durable> {
+        let appended = self.append_records(records);
+        Box::pin(async move {
+            let appended = appended.await?;
+            Ok(Box::pin(std::future::ready(Ok(appended))) as Durable)
+        })
+    }
     /// Appends `decisions` in order, in one transaction; resolves once it is committed.
     fn append_batch(&self, decisions: Vec<Decision>) -> StoreFuture<'_, Vec<Appended>> {
         match decisions.into_iter().map(Record::new).collect() {
