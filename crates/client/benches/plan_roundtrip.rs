@@ -7,7 +7,8 @@
 //!   which serializes each object to JSON, sends the batch as four requests in flight asking for
 //!   compact decisions, and rebuilds the decisions) and in process (`Planner::plan_all` plus
 //!   `Plan::to_decision` on one core, what explain-sync computes per object), one batch of each
-//!   in turn so that both meet the same machine load;
+//!   in turn so that both meet the same machine load, and the CPU time per object of each (all
+//!   threads of the process: for the remote batches, client and server together);
 //! - one batch piece by piece, as one request (client JSON, protobuf both ways, the server's
 //!   handler, the client's conversion back into the core's types), to show where the remote time
 //!   goes.
@@ -67,6 +68,14 @@ fn objects(n: usize) -> Vec<TenantObject> {
         .collect()
 }
 
+/// CPU time of the whole process so far (every thread: client, server and in-process core).
+fn process_cpu() -> Duration {
+    use nix::time::{ClockId, clock_gettime};
+    clock_gettime(ClockId::CLOCK_PROCESS_CPUTIME_ID)
+        .expect("the process CPU clock is readable")
+        .into()
+}
+
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
 }
@@ -111,7 +120,9 @@ fn main() {
         let host = HostState::default();
         client.plan(&tenant, None, &batch, &[]).await.unwrap();
         let (mut local, mut remote) = (Duration::ZERO, Duration::ZERO);
+        let (mut local_cpu, mut remote_cpu) = (Duration::ZERO, Duration::ZERO);
         for _ in 0..BATCHES {
+            let cpu = process_cpu();
             let start = Instant::now();
             for (plan, object) in planner.plan_all(&batch, &host).zip(&batch) {
                 std::hint::black_box(plan.to_decision(
@@ -121,11 +132,14 @@ fn main() {
                 ));
             }
             local += start.elapsed();
+            local_cpu += process_cpu() - cpu;
+            let cpu = process_cpu();
             let start = Instant::now();
             let planned = client.plan(&tenant, None, &batch, &[]).await.unwrap();
             assert_eq!(planned.len(), BATCH);
             drop(planned);
             remote += start.elapsed();
+            remote_cpu += process_cpu() - cpu;
         }
         let local_rate = (BATCHES * BATCH) as f64 / local.as_secs_f64();
         let remote_rate = (BATCHES * BATCH) as f64 / remote.as_secs_f64();
@@ -143,6 +157,14 @@ fn main() {
         println!(
             "over gRPC:   {remote_rate:>10.0} objects/s ({:.0}% of in process)",
             remote_rate / local_rate * 100.0
+        );
+        let per_object = |cpu: Duration| cpu.as_secs_f64() * 1e6 / (BATCHES * BATCH) as f64;
+        println!(
+            "CPU per object: in process {:.2} us, over gRPC {:.2} us (client and server, all \
+             threads: {:.1}x in process)",
+            per_object(local_cpu),
+            per_object(remote_cpu),
+            remote_cpu.as_secs_f64() / local_cpu.as_secs_f64()
         );
         println!(
             "one {BATCH}-object batch, piece by piece (ms; response {response_bytes} bytes per object):"
