@@ -119,18 +119,20 @@ impl Acknowledger {
                 while let Ok(first) = pending.recv() {
                     let batches: Vec<Pending> =
                         std::iter::once(first).chain(pending.try_iter()).collect();
-                    let mut failure = failed.lock().unwrap_or_else(|p| p.into_inner());
+                    // Not locked during the fsync: the writer reads it before every batch.
+                    let mut failure = failed.lock().unwrap_or_else(|p| p.into_inner()).clone();
                     if failure.is_none()
                         && let Err(e) = sync()
                     {
-                        *failure = Some(format!(
+                        let why = format!(
                             "fsync of {} failed: {e}; the decisions of this batch may not be on \
                              disk and are not acknowledged, and the log takes no more appends \
                              until it is reopened",
                             wal.display()
-                        ));
+                        );
+                        *failed.lock().unwrap_or_else(|p| p.into_inner()) = Some(why.clone());
+                        failure = Some(why);
                     }
-                    let failure = failure.clone();
                     for (appended, reply) in batches {
                         let _ = reply.send(match &failure {
                             None => Ok(appended),
