@@ -739,7 +739,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn an_append_is_acknowledged_only_after_the_wal_fsync() {
+    async fn an_append_is_acknowledged_only_after_the_wal_fsync_the_next_batch_commits_meanwhile() {
         let dir = tempfile::tempdir().unwrap();
         let (release, gate) = mpsc::channel::<()>();
         let store = with_sync(
@@ -769,13 +769,32 @@ mod tests {
         // ...but neither acknowledged nor announced to watchers.
         assert!(!appending.is_finished(), "acknowledged before the fsync");
         assert_eq!(*watch.borrow(), 0);
+        // The writer does not wait for that fsync: the next batch commits meanwhile.
+        let next = tokio::time::timeout(
+            std::time::Duration::from_secs(5),
+            store.append_records_pipelined(
+                crate::test_decisions::decisions(3, 2, 2)
+                    .into_iter()
+                    .map(Record::new)
+                    .collect::<Result<_, _>>()
+                    .unwrap(),
+            ),
+        )
+        .await
+        .expect("the next batch waited for the previous one's fsync")
+        .unwrap();
+        assert_eq!(store.head().await.unwrap().sequence, 5);
+        assert!(!appending.is_finished(), "acknowledged before the fsync");
+        // One fsync for each batch, or one for both.
+        release.send(()).unwrap();
         release.send(()).unwrap();
         let appended = appending.await.unwrap().unwrap();
         assert_eq!(
             appended.iter().map(|a| a.sequence).collect::<Vec<_>>(),
             [1, 2, 3]
         );
-        assert_eq!(*watch.borrow(), 3);
+        assert_eq!(next.await.unwrap().len(), 2);
+        assert_eq!(*watch.borrow(), 5);
     }
 
     #[tokio::test]
