@@ -26,6 +26,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     )?;
 
     tonic_prost_build::configure()
+        // Map fields (a placement's labels and annotations) as BTreeMaps: sorted by key like the
+        // core's MetadataMap, so neither side hashes and each converts in key order.
+        .btree_map(".")
         .include_file("tenantplane.rs")
         .compile_fds(compiler.file_descriptor_set())?;
     Ok(())
