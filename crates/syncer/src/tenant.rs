@@ -462,14 +462,14 @@ fn kube_call_span(
 ) -> tracing::Span {
     tracing::info_span!(
         "tenantplane.kube.call",
-        otel.name = %name,
+        otel.name = name,
         otel.kind = "client",
         otel.status_code = tracing::field::Empty,
-        http.request.method = %verb,
+        http.request.method = verb,
         http.response.status_code = tracing::field::Empty,
-        k8s.object.kind = %kind,
-        k8s.namespace.name = %namespace,
-        k8s.object.name = %object,
+        k8s.object.kind = kind,
+        k8s.namespace.name = namespace,
+        k8s.object.name = object,
     )
 }
 
@@ -1082,13 +1082,17 @@ impl Worker {
         let at = (key.kind, name.to_string());
         let in_flight = || self.writes_in_flight.lock().expect("writes in flight lock");
         in_flight().insert(at.clone());
-        let result = self.host_write(kind, write).instrument(span.clone()).await;
+        // The span lasts from here until it is dropped after the call. It is never entered: nothing in
+        // the write opens a span or logs, and entering it on every poll of the HTTP call would
+        // cost each decision CPU for nothing (docs/tracing.md, "Overhead").
+        let result = self.host_write(kind, write).await;
         if let Err(e) = &result {
             span.record("otel.status_code", "ERROR");
             if let kube::Error::Api(s) = e {
                 span.record("http.response.status_code", s.code);
             }
         }
+        drop(span);
         match result {
             Ok(written) => {
                 if let Some(w) = written {

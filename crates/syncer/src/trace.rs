@@ -22,9 +22,9 @@
 //! [`record`](crate::record::DecisionRecorder::record) names a span `tenantplane.sync.decision`,
 //! so there is exactly one such span per recorded decision, and the decision carries its ids.
 
-use opentelemetry::trace::TraceContextExt as _;
+use opentelemetry::KeyValue;
+use opentelemetry::trace::{SpanContext, SpanRef, Status, TraceContextExt as _};
 use tenantplane_core::decision::{Decision, Stamp};
-use tracing::field::Empty;
 use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 
 /// The span of a recorded sync decision.
@@ -87,30 +87,17 @@ fn span(
     namespace: &str,
     name: &str,
 ) -> tracing::Span {
+    // What is known when the evaluation starts; what it concludes is set on the OpenTelemetry
+    // span in one call ([`describe`]).
     tracing::info_span!(
         parent: parent,
         "tenantplane.sync.decision",
         otel.name = REEVALUATION_SPAN,
-        tenantplane.tenant = %tenant,
-        tenantplane.subject.api_version = %api_version,
-        tenantplane.subject.kind = %kind,
-        tenantplane.subject.namespace = %namespace,
-        tenantplane.subject.name = %name,
-        tenantplane.subject.uid = Empty,
-        tenantplane.host.namespace = Empty,
-        tenantplane.host.name = Empty,
-        tenantplane.decision.id = Empty,
-        tenantplane.decision.outcome = Empty,
-        tenantplane.decision.action = Empty,
-        tenantplane.decision.reason = Empty,
-        tenantplane.policy.name = Empty,
-        tenantplane.policy.revision = Empty,
-        tenantplane.policy.rule = Empty,
-        tenantplane.profile.name = Empty,
-        tenantplane.profile.generation = Empty,
-        tenantplane.profile.field = Empty,
-        tenantplane.mapping.version = Empty,
-        otel.status_code = Empty,
+        tenantplane.tenant = tenant,
+        tenantplane.subject.api_version = api_version,
+        tenantplane.subject.kind = kind,
+        tenantplane.subject.namespace = namespace,
+        tenantplane.subject.name = name,
     )
 }
 
@@ -133,36 +120,60 @@ pub fn stamp_in(span: &tracing::Span, component: &str) -> Stamp {
 /// [`mark_decision`] when the decision is recorded, else by the evaluation (the attributes of an
 /// OpenTelemetry span are a list: a value recorded twice is exported twice).
 pub fn describe(span: &tracing::Span, decision: &Decision) {
+    if span.is_disabled() {
+        return;
+    }
+    describe_otel(&span.context().span(), decision, None);
+}
+
+/// Sets the attributes of `decision` (and its id, when recorded) on an OpenTelemetry span, in
+/// one call: recording them one by one through `tracing` costs a dispatch, a span lookup and
+/// two locks each, on every decision (docs/tracing.md, "Overhead").
+fn describe_otel(span: &SpanRef<'_>, decision: &Decision, id: Option<&str>) {
+    if !span.is_recording() {
+        return;
+    }
     let s = &decision.subject;
+    let mut attributes = Vec::with_capacity(16);
+    attributes.extend([
+        KeyValue::new("tenantplane.decision.outcome", decision.outcome.as_str()),
+        KeyValue::new("tenantplane.decision.action", decision.action.as_str()),
+        KeyValue::new("tenantplane.decision.reason", decision.reason.clone()),
+        KeyValue::new(
+            "tenantplane.mapping.version",
+            decision.mapping_version.clone(),
+        ),
+    ]);
     if !s.uid.is_empty() {
-        span.record("tenantplane.subject.uid", s.uid.as_str());
+        attributes.push(KeyValue::new("tenantplane.subject.uid", s.uid.clone()));
+    }
+    if let Some(id) = id {
+        attributes.push(KeyValue::new("tenantplane.decision.id", id.to_string()));
     }
     if let Some(t) = &decision.target {
-        span.record("tenantplane.host.namespace", t.namespace.as_str());
-        span.record("tenantplane.host.name", t.name.as_str());
+        attributes.extend([
+            KeyValue::new("tenantplane.host.namespace", t.namespace.clone()),
+            KeyValue::new("tenantplane.host.name", t.name.clone()),
+        ]);
     }
-    span.record("tenantplane.decision.outcome", decision.outcome.as_str());
-    span.record("tenantplane.decision.action", decision.action.as_str());
-    span.record("tenantplane.decision.reason", decision.reason.as_str());
     if let Some(p) = &decision.policy {
-        span.record("tenantplane.policy.name", p.name.as_str());
-        span.record("tenantplane.policy.revision", p.revision.as_str());
-        span.record(
-            "tenantplane.policy.rule",
-            p.rule.as_deref().unwrap_or("(default)"),
-        );
+        let rule = p.rule.clone().unwrap_or_else(|| "(default)".to_string());
+        attributes.extend([
+            KeyValue::new("tenantplane.policy.name", p.name.clone()),
+            KeyValue::new("tenantplane.policy.revision", p.revision.clone()),
+            KeyValue::new("tenantplane.policy.rule", rule),
+        ]);
     }
     if let Some(p) = &decision.profile {
-        span.record("tenantplane.profile.name", p.name.as_str());
-        span.record("tenantplane.profile.generation", p.generation);
-        span.record("tenantplane.profile.field", p.field_path.as_str());
+        attributes.extend([
+            KeyValue::new("tenantplane.profile.name", p.name.clone()),
+            KeyValue::new("tenantplane.profile.generation", p.generation),
+            KeyValue::new("tenantplane.profile.field", p.field_path.clone()),
+        ]);
     }
-    span.record(
-        "tenantplane.mapping.version",
-        decision.mapping_version.as_str(),
-    );
+    span.set_attributes(attributes);
     if decision.outcome == tenantplane_core::decision::Outcome::Failed {
-        span.record("otel.status_code", "ERROR");
+        span.set_status(Status::error(decision.reason.clone()));
     }
 }
 
@@ -172,15 +183,17 @@ pub fn describe(span: &tracing::Span, decision: &Decision) {
 pub fn mark_decision(
     span: &tracing::Span,
     decision: &Decision,
-    previous: Option<opentelemetry::trace::SpanContext>,
-) -> Option<opentelemetry::trace::SpanContext> {
-    describe(span, decision);
-    span.record("tenantplane.decision.id", decision.id.as_str());
-    if let Some(previous) = previous {
-        span.add_link(previous);
+    previous: Option<SpanContext>,
+) -> Option<SpanContext> {
+    if span.is_disabled() {
+        return None;
     }
     let context = span.context();
     let span_ref = context.span();
+    describe_otel(&span_ref, decision, Some(&decision.id));
+    if let Some(previous) = previous {
+        span_ref.add_link(previous, Vec::new());
+    }
     // The OpenTelemetry span is already started (its context went to the planner), so its name
     // is changed on the span itself.
     span_ref.update_name(DECISION_SPAN);

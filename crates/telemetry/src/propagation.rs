@@ -63,14 +63,30 @@ pub fn extract(headers: &http::HeaderMap) -> opentelemetry::Context {
     })
 }
 
+/// Keeps the `traceparent` a propagator writes and nothing else (`tracestate` is empty for the
+/// spans of this process).
+#[derive(Default)]
+struct TraceparentInjector(Option<String>);
+
+impl Injector for TraceparentInjector {
+    fn set(&mut self, key: &str, value: String) {
+        if key == "traceparent" {
+            self.0 = Some(value);
+        }
+    }
+}
+
 /// The W3C `traceparent` value of `span` (`00-<trace id>-<span id>-<flags>`), when it is traced.
 pub fn traceparent(span: &tracing::Span) -> Option<String> {
+    if span.is_disabled() {
+        return None;
+    }
     let context = span.context();
-    let mut carrier = std::collections::HashMap::new();
+    let mut carrier = TraceparentInjector::default();
     opentelemetry::global::get_text_map_propagator(|propagator| {
         propagator.inject_context(&context, &mut carrier);
     });
-    carrier.remove("traceparent")
+    carrier.0
 }
 
 /// Makes `span` a child of the span a `traceparent` value names (as [`traceparent`] wrote it).

@@ -47,12 +47,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
 use kube::api::PostParams;
 use kube::runtime::watcher;
-use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
-    TraceService, TraceServiceServer,
-};
-use opentelemetry_proto::tonic::collector::trace::v1::{
-    ExportTraceServiceRequest, ExportTraceServiceResponse,
-};
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceResponse;
 use serde_json::json;
 use tenantplane_e2e::{SYSTEM_NAMESPACE, create, ensure_namespace, install_crds};
 use tenantplane_local_apiserver::LocalApiServer;
@@ -84,27 +79,89 @@ struct Args {
     rounds: usize,
 }
 
-/// An OTLP receiver counting the spans it is sent.
+/// The OTLP receiver of `--compare-tracing`: the trace service of the OpenTelemetry collector
+/// protocol, counting the spans each export request carries.
+///
+/// It stands for a collector that runs on another machine, yet shares this machine's two cores
+/// with the syncer; so it reads only what it counts. The request is decoded against
+/// [`SpanCount`], a view of `ExportTraceServiceRequest` that keeps the nesting down to the
+/// spans and skips their fields (prost walks them on the wire and builds nothing). The tests'
+/// receiver (`tests/tests/tracing.rs`) decodes everything and checks the attributes.
 #[derive(Clone, Default)]
 struct SpanCounter(Arc<AtomicU64>);
 
-#[tonic::async_trait]
-impl TraceService for SpanCounter {
-    async fn export(
-        &self,
-        request: tonic::Request<ExportTraceServiceRequest>,
-    ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
+/// `ExportTraceServiceRequest` as far as the span count: `resource_spans` (1) →
+/// `scope_spans` (2) → `spans` (2), every other field skipped.
+#[derive(Clone, PartialEq, prost::Message)]
+struct SpanCount {
+    #[prost(message, repeated, tag = "1")]
+    resource_spans: Vec<ResourceSpanCount>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct ResourceSpanCount {
+    #[prost(message, repeated, tag = "2")]
+    scope_spans: Vec<ScopeSpanCount>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct ScopeSpanCount {
+    #[prost(message, repeated, tag = "2")]
+    spans: Vec<SkippedSpan>,
+}
+
+/// A span, its fields skipped.
+#[derive(Clone, PartialEq, prost::Message)]
+struct SkippedSpan {}
+
+impl tonic::server::NamedService for SpanCounter {
+    const NAME: &'static str = "opentelemetry.proto.collector.trace.v1.TraceService";
+}
+
+impl tonic::server::UnaryService<SpanCount> for SpanCounter {
+    type Response = ExportTraceServiceResponse;
+    type Future = std::future::Ready<Result<tonic::Response<Self::Response>, tonic::Status>>;
+
+    fn call(&mut self, request: tonic::Request<SpanCount>) -> Self::Future {
         let n: usize = request
-            .into_inner()
+            .get_ref()
             .resource_spans
             .iter()
             .flat_map(|r| &r.scope_spans)
             .map(|s| s.spans.len())
             .sum();
         self.0.fetch_add(n as u64, Ordering::Relaxed);
-        Ok(tonic::Response::new(ExportTraceServiceResponse {
+        std::future::ready(Ok(tonic::Response::new(ExportTraceServiceResponse {
             partial_success: None,
-        }))
+        })))
+    }
+}
+
+impl<B> tower::Service<http::Request<B>> for SpanCounter
+where
+    B: http_body::Body + Send + 'static,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>> + Send + 'static,
+{
+    type Response = http::Response<tonic::body::Body>;
+    type Error = std::convert::Infallible;
+    type Future = futures::future::BoxFuture<'static, Result<Self::Response, Self::Error>>;
+
+    fn poll_ready(
+        &mut self,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    /// Every path is answered as `Export`, the service's one method.
+    fn call(&mut self, request: http::Request<B>) -> Self::Future {
+        let counter = self.clone();
+        Box::pin(async move {
+            let codec = tonic_prost::ProstCodec::<ExportTraceServiceResponse, SpanCount>::default();
+            Ok(tonic::server::Grpc::new(codec)
+                .unary(counter, request)
+                .await)
+        })
     }
 }
 
@@ -222,7 +279,7 @@ async fn main() -> anyhow::Result<()> {
     let otlp_addr = listener.local_addr()?;
     tokio::spawn(
         tonic::transport::Server::builder()
-            .add_service(TraceServiceServer::new(spans.clone()))
+            .add_service(spans.clone())
             .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
     );
     // Per setting: the rate and the CPU per object of the syncer and of this process.
