@@ -23,6 +23,11 @@ use tenantplane_decision_log::{
     Appender, AppenderConfig, DecisionStore, Filter, ObjectFilter, Query, open,
 };
 
+/// The syncer's allocator (`crates/syncer/src/main.rs`), so that the allocation work measured
+/// here is the one the appending process does.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 struct Options {
     records: u64,
     callers: u64,
