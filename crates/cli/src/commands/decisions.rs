@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::jiff::Timestamp;
-use tenantplane_core::decision::Outcome;
+use tenantplane_core::decision::{Decision, Outcome};
 use tenantplane_decision_log::grpc::{entry_from_proto, filter_to_proto};
 use tenantplane_decision_log::{Entry, Filter, ObjectFilter, entries_after};
 use tenantplane_proto::decisions::v1 as pb;
@@ -196,22 +196,7 @@ impl Printer {
                     );
                 }
                 let d = &e.decision;
-                let subject = format!(
-                    "{}/{}/{}",
-                    d.subject.kind, d.subject.namespace, d.subject.name
-                );
-                let host = d
-                    .target
-                    .as_ref()
-                    .map_or("-".to_string(), |t| format!("{}/{}", t.namespace, t.name));
-                let rule = d
-                    .policy
-                    .as_ref()
-                    .map(|p| match &p.rule {
-                        Some(r) => format!("{}/{r}", p.name),
-                        None => format!("{}/(default)", p.name),
-                    })
-                    .unwrap_or_else(|| "-".to_string());
+                let [subject, host, rule] = table_columns(d);
                 let trace_id = d.trace_id.as_deref().unwrap_or("-");
                 let link = self
                     .trace_url
@@ -236,6 +221,29 @@ impl Printer {
     }
 }
 
+/// The SUBJECT, HOST and RULE columns of a decision: `Kind/namespace/name` (`Kind/name` for a
+/// cluster-scoped subject such as an IsolationProfile), `namespace/name` of the host object, and
+/// the SyncPolicy rule that decided (`policy/rule`, `policy/(default)`), or for an isolation
+/// decision the IsolationProfile and its generation (`IsolationProfile/name@generation`).
+fn table_columns(d: &Decision) -> [String; 3] {
+    let s = &d.subject;
+    let subject = if s.namespace.is_empty() {
+        format!("{}/{}", s.kind, s.name)
+    } else {
+        format!("{}/{}/{}", s.kind, s.namespace, s.name)
+    };
+    let host = d
+        .target
+        .as_ref()
+        .map_or("-".to_string(), |t| format!("{}/{}", t.namespace, t.name));
+    let rule = match (&d.policy, &d.profile) {
+        (Some(p), _) => format!("{}/{}", p.name, p.rule.as_deref().unwrap_or("(default)")),
+        (None, Some(p)) => format!("IsolationProfile/{}@{}", p.name, p.generation),
+        (None, None) => "-".to_string(),
+    };
+    [subject, host, rule]
+}
+
 #[cfg(test)]
 mod tests {
     use clap::Parser;
@@ -244,6 +252,48 @@ mod tests {
     struct Cli {
         #[command(flatten)]
         args: super::Args,
+    }
+
+    #[test]
+    fn the_table_names_an_isolation_decision_by_its_profile() {
+        let decision = |extra: serde_json::Value| -> tenantplane_core::decision::Decision {
+            let mut d = serde_json::json!({
+                "id": "01", "time": "2026-11-30T05:00:00Z", "tenant": "acme",
+                "outcome": "Synced", "action": "Create", "reason": "WorkloadKind", "message": "",
+                "inputDigest": "", "mappingVersion": "v1", "component": "tenantplane-syncer",
+                "componentVersion": "0.1.0",
+            });
+            d.as_object_mut()
+                .unwrap()
+                .extend(extra.as_object().unwrap().clone());
+            serde_json::from_value(d).unwrap()
+        };
+        let synced = decision(serde_json::json!({
+            "subject": {"apiVersion": "v1", "kind": "ConfigMap", "namespace": "shop", "name": "cfg"},
+            "target": {"apiVersion": "v1", "kind": "ConfigMap", "namespace": "t-acme", "name": "cfg-x-shop"},
+            "policy": {"name": "strict", "revision": "3", "rule": "workloads"},
+        }));
+        assert_eq!(
+            super::table_columns(&synced),
+            [
+                "ConfigMap/shop/cfg",
+                "t-acme/cfg-x-shop",
+                "strict/workloads"
+            ]
+        );
+        let isolation = decision(serde_json::json!({
+            "subject": {"apiVersion": "tenantplane.io/v1alpha1", "kind": "IsolationProfile", "namespace": "", "name": "baseline"},
+            "target": {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "namespace": "t-acme", "name": "deny-all"},
+            "profile": {"name": "baseline", "generation": 4, "fieldPath": "spec.network"},
+        }));
+        assert_eq!(
+            super::table_columns(&isolation),
+            [
+                "IsolationProfile/baseline",
+                "t-acme/deny-all",
+                "IsolationProfile/baseline@4"
+            ]
+        );
     }
 
     #[test]
