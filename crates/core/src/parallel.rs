@@ -4,15 +4,24 @@
 //! so that parallel work changes nothing a user can see but the time it takes.
 
 use std::num::NonZeroUsize;
+use std::sync::OnceLock;
 use std::thread;
 
 /// Below this many items per thread, starting threads costs more than it saves.
 const MIN_ITEMS_PER_THREAD: usize = 256;
 
+/// The cores this process may use, read once: `available_parallelism` reads the cgroup's CPU
+/// quota from files on Linux (tens of microseconds), too slow to ask on every call of a planner
+/// that answers single objects in a fraction of a millisecond.
+fn cores() -> usize {
+    static CORES: OnceLock<usize> = OnceLock::new();
+    *CORES.get_or_init(|| thread::available_parallelism().map_or(1, NonZeroUsize::get))
+}
+
 /// `items.iter().map(f).collect()`, computed on up to every available core.
 pub fn map_in_order<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
-    let cores = thread::available_parallelism().map_or(1, NonZeroUsize::get);
-    let threads = cores.min(items.len() / MIN_ITEMS_PER_THREAD).max(1);
+    let wanted = items.len() / MIN_ITEMS_PER_THREAD;
+    let threads = if wanted < 2 { 1 } else { cores().min(wanted) };
     if threads == 1 {
         return items.iter().map(f).collect();
     }
