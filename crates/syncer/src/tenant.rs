@@ -1082,9 +1082,9 @@ impl Worker {
         let at = (key.kind, name.to_string());
         let in_flight = || self.writes_in_flight.lock().expect("writes in flight lock");
         in_flight().insert(at.clone());
-        // The span lasts from here until it is dropped after the call. It is never entered: nothing in
-        // the write opens a span or logs, and entering it on every poll of the HTTP call would
-        // cost each decision CPU for nothing (docs/tracing.md, "Overhead").
+        // The span lasts from here until it is dropped after the call. It is never entered:
+        // nothing in the write opens a span or logs, and entering it on every poll of the HTTP
+        // call would cost each decision CPU for nothing (docs/tracing.md, "Overhead").
         let result = self.host_write(kind, write).await;
         if let Err(e) = &result {
             span.record("otel.status_code", "ERROR");
