@@ -1,8 +1,8 @@
 //! A PostgreSQL server for tests: `TENANTPLANE_TEST_POSTGRES_URL` when set (CI starts one),
 //! otherwise a throwaway cluster started here from `initdb`/`postgres` found in `PATH` or in
-//! `/usr/lib/postgresql/*/bin`, stopped when the test process exits. Each test gets its own
-//! database. Without either, PostgreSQL tests are skipped with a message, unless
-//! `TENANTPLANE_REQUIRE_POSTGRES=1`, when they fail.
+//! `/usr/lib/postgresql/*/bin`, stopped and its files removed when the test process exits. Each
+//! test gets its own database. Without either, PostgreSQL tests are skipped with a message,
+//! unless `TENANTPLANE_REQUIRE_POSTGRES=1`, when they fail.
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -118,7 +118,8 @@ fn start_cluster(bin: &Path) -> String {
         .and_then(|l| l.local_addr())
         .expect("a free port")
         .port();
-    // A watchdog shell starts postgres and stops it when this test process exits.
+    // A watchdog shell starts postgres, and stops it and removes its directory when this test
+    // process exits.
     let runuser = if as_postgres {
         "runuser -u postgres -- "
     } else {
@@ -127,7 +128,8 @@ fn start_cluster(bin: &Path) -> String {
     let script = format!(
         "exec 2>/dev/null; {runuser}'{postgres}' -D '{data}' -h 127.0.0.1 -p {port} -k '{dir}' -F \
          -c max_connections=200 >/dev/null 2>&1 & pg=$!; \
-         while kill -0 {parent} 2>/dev/null; do sleep 1; done; kill -TERM $pg; wait $pg",
+         while kill -0 {parent} 2>/dev/null; do sleep 1; done; kill -TERM $pg; wait $pg; \
+         rm -rf '{dir}'",
         postgres = bin.join("postgres").display(),
         data = data.display(),
         dir = dir.display(),
