@@ -222,9 +222,11 @@ impl Printer {
 }
 
 /// The SUBJECT, HOST and RULE columns of a decision: `Kind/namespace/name` (`Kind/name` for a
-/// cluster-scoped subject such as an IsolationProfile), `namespace/name` of the host object, and
+/// cluster-scoped subject such as an IsolationProfile), `namespace/name` of the host object
+/// (`name` when it is cluster-scoped, such as a tenant's host Namespace), and
 /// the SyncPolicy rule that decided (`policy/rule`, `policy/(default)`), or for an isolation
-/// decision the IsolationProfile and its generation (`IsolationProfile/name@generation`).
+/// decision the IsolationProfile, its generation and the field that produced the object
+/// (`profile@generation:spec.network.defaultDeny`).
 fn table_columns(d: &Decision) -> [String; 3] {
     let s = &d.subject;
     let subject = if s.namespace.is_empty() {
@@ -232,13 +234,17 @@ fn table_columns(d: &Decision) -> [String; 3] {
     } else {
         format!("{}/{}/{}", s.kind, s.namespace, s.name)
     };
-    let host = d
-        .target
-        .as_ref()
-        .map_or("-".to_string(), |t| format!("{}/{}", t.namespace, t.name));
+    let host = d.target.as_ref().map_or("-".to_string(), |t| {
+        if t.namespace.is_empty() {
+            t.name.clone()
+        } else {
+            format!("{}/{}", t.namespace, t.name)
+        }
+    });
     let rule = match (&d.policy, &d.profile) {
         (Some(p), _) => format!("{}/{}", p.name, p.rule.as_deref().unwrap_or("(default)")),
-        (None, Some(p)) => format!("IsolationProfile/{}@{}", p.name, p.generation),
+        (None, Some(p)) if p.field_path.is_empty() => format!("{}@{}", p.name, p.generation),
+        (None, Some(p)) => format!("{}@{}:{}", p.name, p.generation, p.field_path),
         (None, None) => "-".to_string(),
     };
     [subject, host, rule]
@@ -291,8 +297,17 @@ mod tests {
             [
                 "IsolationProfile/baseline",
                 "t-acme/deny-all",
-                "IsolationProfile/baseline@4"
+                "baseline@4:spec.network"
             ]
+        );
+        let namespace = decision(serde_json::json!({
+            "subject": {"apiVersion": "tenantplane.io/v1alpha1", "kind": "IsolationProfile", "namespace": "", "name": "baseline"},
+            "target": {"apiVersion": "v1", "kind": "Namespace", "namespace": "", "name": "t-acme"},
+            "profile": {"name": "baseline", "generation": 4, "fieldPath": ""},
+        }));
+        assert_eq!(
+            super::table_columns(&namespace)[1..],
+            ["t-acme", "baseline@4"]
         );
     }
 
