@@ -12,7 +12,7 @@ use tenantplane_api::{SyncAction, Tenant};
 use crate::collision::{self, Collision, HostObjectMeta};
 use crate::decision::{Decision, HostAction, HostTarget, Outcome, PolicyRef, Stamp, Subject};
 use crate::mapping::{self, MAPPING_VERSION, Placement, TenantPlacement};
-use crate::object::{TenantObject, group_of};
+use crate::object::{SourceIdentity, TenantObject, group_of};
 use crate::policy::{CompiledPolicy, Verdict};
 
 /// A tenant and its compiled SyncPolicy: everything needed to plan its objects.
@@ -153,7 +153,36 @@ impl Planner {
 impl Plan {
     /// The decision record of this plan, about `object` in `tenant`.
     pub fn to_decision(&self, tenant: &str, object: &TenantObject, stamp: Stamp) -> Decision {
-        let id = &object.identity;
+        self.decision_about(
+            tenant,
+            object.identity.clone(),
+            object.resource_version.clone().unwrap_or_default(),
+            stamp,
+            input_digest(&object.object),
+            MAPPING_VERSION.to_string(),
+        )
+    }
+
+    /// The decision record of this plan about the tenant object `subject` (at
+    /// `resource_version`) in `tenant`, whose content digested to `input_digest` and which was
+    /// mapped by scheme `mapping_version`: [`Plan::to_decision`] for a caller that has these
+    /// but not the object (a client completing the planner's compact answer).
+    pub fn decision_about(
+        &self,
+        tenant: &str,
+        subject: SourceIdentity,
+        resource_version: String,
+        stamp: Stamp,
+        input_digest: String,
+        mapping_version: String,
+    ) -> Decision {
+        let SourceIdentity {
+            api_version,
+            kind,
+            namespace,
+            name,
+            uid,
+        } = subject;
         let mut message = self.message.clone();
         if !self.placement.stripped_keys.is_empty() {
             message.push_str(&format!(
@@ -166,12 +195,12 @@ impl Plan {
             time: stamp.time,
             tenant: tenant.to_string(),
             subject: Subject {
-                api_version: id.api_version.clone(),
-                kind: id.kind.clone(),
-                namespace: id.namespace.clone(),
-                name: id.name.clone(),
-                uid: id.uid.clone(),
-                resource_version: object.resource_version.clone().unwrap_or_default(),
+                api_version,
+                kind,
+                namespace,
+                name,
+                uid,
+                resource_version,
             },
             target: Some(HostTarget {
                 api_version: self.placement.api_version.clone(),
@@ -191,8 +220,8 @@ impl Plan {
             message,
             field_path: self.verdict.field_path.clone(),
             stripped_keys: self.placement.stripped_keys.clone(),
-            input_digest: input_digest(&object.object),
-            mapping_version: MAPPING_VERSION.to_string(),
+            input_digest,
+            mapping_version,
             component: stamp.component,
             component_version: stamp.component_version,
             trace_id: stamp.trace_id,

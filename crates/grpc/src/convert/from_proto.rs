@@ -123,8 +123,8 @@ impl<'a> PlanAnswer<'a> {
     /// The plan and decision of `p`, the answer at `field` for `object` (the object sent as
     /// `objects[i]`), moved out of the response. In the compact decision form the decision
     /// (which carries its stamp, digest and mapping version only) is rebuilt by
-    /// [`Plan::to_decision`], the code that built it on the planner, from the plan, the tenant and
-    /// the object (whose resource version the answer does not repeat). In the derived placement
+    /// [`Plan::decision_about`], the code that built it on the planner, from the plan, the tenant
+    /// and the object (whose resource version the answer does not repeat). In the derived placement
     /// form the placement is [`mapping::place`] of the object, which must land at the target the
     /// planner answered.
     pub fn object_plan(
@@ -149,15 +149,15 @@ impl<'a> PlanAnswer<'a> {
             span_id: some_moved(d.span_id),
         };
         // The input digest is the planner's (of the object as it read it), so the object's JSON
-        // is not digested again: the decision is built from its identity alone.
-        let subject = TenantObject {
-            identity: source_identity_of(source),
-            resource_version: object.resource_version.clone(),
-            object: Value::Null,
-        };
-        let mut decision = plan.to_decision(&self.tenant.tenant, &subject, stamp);
-        decision.input_digest = d.input_digest;
-        decision.mapping_version = d.mapping_version;
+        // is not digested again.
+        let decision = plan.decision_about(
+            &self.tenant.tenant,
+            source_identity_of(source),
+            object.resource_version.clone().unwrap_or_default(),
+            stamp,
+            d.input_digest,
+            d.mapping_version,
+        );
         Ok((plan, decision))
     }
 }
