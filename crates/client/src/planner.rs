@@ -1,7 +1,5 @@
 //! The Planner client.
 
-use std::sync::Mutex;
-
 use futures::stream::{self, StreamExt};
 use serde_json::json;
 use tenantplane_api::Tenant;
@@ -279,17 +277,9 @@ fn planned_objects(
     }
     let tenant = TenantPlacement::from(tenant);
     let answer = PlanAnswer::of(&response, &tenant);
-    // Each plan is moved out of its slot by the one thread that converts it.
-    let plans: Vec<_> = response
-        .plans
-        .into_iter()
-        .map(Mutex::new)
-        .enumerate()
-        .collect();
-    parallel::map_in_order(&plans, |(i, slot)| {
-        let field = format!("plans[{i}]");
-        let p = std::mem::take(&mut *slot.lock().unwrap_or_else(|e| e.into_inner()));
-        let (plan, decision) = answer.object_plan(&field, p, &sent[*i])?;
+    let plans: Vec<_> = response.plans.into_iter().enumerate().collect();
+    parallel::map_in_order_owned(plans, |(i, p)| {
+        let (plan, decision) = answer.object_plan(&format!("plans[{i}]"), p, &sent[i])?;
         Ok(PlannedObject { plan, decision })
     })
     .into_iter()
