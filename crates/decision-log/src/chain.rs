@@ -175,12 +175,15 @@ pub fn link_hash(sequence: u64, prev_hash: &str, record: &str) -> String {
     let mut h = Sha256::new();
     h.update(LINK_DOMAIN.as_bytes());
     h.update(b"\n");
-    h.update(sequence.to_string().as_bytes());
+    h.update(itoa::Buffer::new().format(sequence).as_bytes());
     h.update(b"\n");
     h.update(prev_hash.as_bytes());
     h.update(b"\n");
     h.update(record.as_bytes());
-    hex::encode(h.finalize())
+    // The single writer hashes every link: hex through a buffer, not a char at a time.
+    let mut hex = [0u8; 64];
+    hex::encode_to_slice(h.finalize(), &mut hex).expect("a SHA-256 digest is 32 bytes");
+    String::from_utf8(hex.to_vec()).expect("hex digits are ASCII")
 }
 
 /// Canonical JSON: object keys sorted by their UTF-8 bytes, no insignificant whitespace,
@@ -687,6 +690,17 @@ mod tests {
     use tenantplane_core::decision::{
         HostAction, HostTarget, Outcome, PolicyRef, ProfileRef, Subject,
     };
+
+    /// The link hash is part of every stored log: its input must never change, or logs
+    /// written before would no longer verify. The expected value is computed independently:
+    /// `sha256("tenantplane.decision.v1\n1234567\n" + "0" * 64 + "\n" + '{"id":"x"}')`.
+    #[test]
+    fn the_link_hash_input_is_fixed() {
+        assert_eq!(
+            link_hash(1234567, GENESIS_HASH, r#"{"id":"x"}"#),
+            "fa3e2cdccfdf0b25bc01ab7bd75c6ae4e40d35bf1b5a31ff956cd6c5ed2093c5"
+        );
+    }
 
     /// Every field set, with text that needs escaping.
     fn full() -> Decision {
