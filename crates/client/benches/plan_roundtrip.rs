@@ -189,11 +189,16 @@ async fn halves(tenant: &Tenant, batch: &[TenantObject]) -> (Vec<(&'static str, 
     use tenantplane_proto::planner::v1::{DecisionForm, PlacementForm, PlanRequest, PlanResponse};
 
     let service = PlannerService::new();
+    let placement = TenantPlacement::from(tenant);
     let mut times = [Duration::ZERO; 7];
     let mut response_bytes = 0;
     // Run 0 warms the policy cache and is not counted.
     for run in 0..=BATCHES {
         let mut laps = [Instant::now(); 8];
+        let sent: Vec<_> = batch
+            .iter()
+            .map(|o| from_proto::SentObject::of(&placement, o))
+            .collect();
         let request = PlanRequest {
             tenant: Some(to_proto::tenant(tenant)),
             objects: batch
@@ -214,18 +219,13 @@ async fn halves(tenant: &Tenant, batch: &[TenantObject]) -> (Vec<(&'static str, 
         laps[4] = Instant::now();
         let response = PlanResponse::decode(bytes.as_slice()).unwrap();
         laps[5] = Instant::now();
-        let placement = TenantPlacement::from(tenant);
         let answer = from_proto::PlanAnswer::of(&response, &placement);
         let planned: Vec<_> = response
             .plans
             .into_iter()
-            .zip(batch)
+            .zip(sent)
             .enumerate()
-            .map(|(i, (p, object))| {
-                answer
-                    .object_plan(&format!("plans[{i}]"), p, object)
-                    .unwrap()
-            })
+            .map(|(i, (p, sent))| answer.object_plan(&format!("plans[{i}]"), p, sent).unwrap())
             .collect();
         laps[6] = Instant::now();
         drop(planned);
@@ -238,7 +238,7 @@ async fn halves(tenant: &Tenant, batch: &[TenantObject]) -> (Vec<(&'static str, 
         }
     }
     let pieces = [
-        "client: objects to JSON bytes",
+        "client: objects to JSON bytes and placements",
         "protobuf: request encode + decode",
         "server: Planner::plan handler",
         "server: response encode (and drop)",

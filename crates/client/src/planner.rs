@@ -1,5 +1,7 @@
 //! The Planner client.
 
+use std::ops::Range;
+
 use futures::stream::{self, StreamExt};
 use serde_json::json;
 use tenantplane_api::Tenant;
@@ -7,9 +9,10 @@ use tenantplane_core::collision::HostObjectMeta;
 use tenantplane_core::decision::PolicyRef;
 use tenantplane_core::mapping::Provenance;
 use tenantplane_core::mapping::{MAPPING_VERSION, TenantPlacement};
+use tenantplane_core::planner::HostState;
 use tenantplane_core::{Decision, Plan, TenantObject, parallel};
 use tenantplane_grpc::FieldError;
-use tenantplane_grpc::convert::from_proto::{self, PlanAnswer};
+use tenantplane_grpc::convert::from_proto::{self, PlanAnswer, SentObject};
 use tenantplane_grpc::convert::to_proto;
 use tenantplane_proto::planner::v1::planner_client;
 use tenantplane_proto::planner::v1::{
@@ -30,8 +33,8 @@ const MAX_OBJECTS_PER_REQUEST: usize = 1000;
 const CONCURRENT_REQUESTS: usize = 4;
 /// The fewest objects a batch is split into requests of (fewer are sent as one request).
 const MIN_OBJECTS_PER_SHARE: usize = 128;
-/// Bytes of tenant objects per Plan request.
-const MAX_OBJECT_BYTES_PER_REQUEST: usize = 1024 * 1024;
+/// Bytes of tenant objects and the host objects at their targets per Plan request.
+const MAX_BYTES_PER_REQUEST: usize = 1024 * 1024;
 
 /// A client of the Planner service.
 #[derive(Clone, Debug)]
@@ -126,69 +129,105 @@ impl PlannerClient {
                 objects.len()
             )));
         }
-        let host_objects: Vec<Vec<u8>> = host.iter().map(host_object_json).collect();
-        // Encoding objects and decoding plans are per-object work: large batches use every core.
-        let mut json = parallel::map_in_order(objects, |object| {
-            serde_json::to_vec(&object.object).expect("a JSON value serializes")
+        let placement = TenantPlacement::from(tenant);
+        let mut at_targets = HostState::default();
+        for meta in host {
+            at_targets.insert(meta.clone());
+        }
+        // Each object is encoded for the request and placed by the mapping (what its answer is
+        // completed with, and the target whose host object the planner compares it with), on
+        // every core for large batches.
+        let mut parts = parallel::map_in_order(objects, |object| {
+            let sent = SentObject::of(&placement, object);
+            Part {
+                json: object_json(object),
+                host: at_targets.get(sent.placement()).map(host_object_json),
+                sent,
+            }
         })
-        .into_iter();
+        .into_iter()
+        .peekable();
         let per_request = objects
             .len()
             .div_ceil(CONCURRENT_REQUESTS)
             .clamp(MIN_OBJECTS_PER_SHARE, MAX_OBJECTS_PER_REQUEST);
-        let mut requests = Vec::new();
-        let mut start = 0;
-        while start < objects.len() {
-            let mut request = PlanRequest {
+        let batch = Batch {
+            tenant: placement.clone(),
+            objects,
+            host,
+            trace_contexts,
+            each: PlanRequest {
                 tenant: Some(to_proto::tenant(tenant)),
                 sync_policy: sync_policy.unwrap_or_default().as_bytes().to_vec(),
-                objects: Vec::new(),
-                host_objects: host_objects.clone(),
-                trace_contexts: Vec::new(),
                 // A quarter fewer bytes: the decisions are rebuilt here from their plans.
                 decision_form: DecisionForm::Compact.into(),
                 // A third fewer again: the placements' metadata is derived here from the objects.
                 placement_form: PlacementForm::Derived.into(),
                 mapping_version: MAPPING_VERSION.to_string(),
-            };
+                ..PlanRequest::default()
+            },
+        };
+        let mut calls = Vec::new();
+        let mut start = 0;
+        while start < objects.len() {
+            let mut request = batch.each.clone();
+            let mut sent = Vec::new();
             let mut bytes = 0;
-            while let Some(next) = json.as_slice().first() {
+            while let Some(next) = parts.peek() {
+                let size = next.json.len() + next.host.as_ref().map_or(0, Vec::len);
                 let full = request.objects.len() >= per_request
-                    || bytes + next.len() > MAX_OBJECT_BYTES_PER_REQUEST;
+                    || bytes + size > MAX_BYTES_PER_REQUEST;
                 if full && !request.objects.is_empty() {
                     break;
                 }
-                bytes += next.len();
-                request.objects.extend(json.next());
+                bytes += size;
+                let part = parts.next().expect("peeked");
+                request.objects.push(part.json);
+                request.host_objects.extend(part.host);
+                sent.push(part.sent);
             }
-            let sent = start..start + request.objects.len();
+            let range = start..start + sent.len();
             if !trace_contexts.is_empty() {
-                request.trace_contexts = trace_contexts[sent.clone()].to_vec();
+                request.trace_contexts = trace_contexts[range.clone()].to_vec();
             }
-            start = sent.end;
-            requests.push((request, &objects[sent]));
+            start = range.end;
+            calls.push(self.call(&batch, range, request, sent));
         }
         // Up to CONCURRENT_REQUESTS requests in flight, answers taken in order: the planner plans
         // a part while the answer to the one before is on the wire or converted here.
-        // The calls are collected first so that no closure is part of the stream's type: with
-        // one, this future failed the `Send` check of callers that box it (the syncer).
-        let calls: Vec<_> = requests
-            .into_iter()
-            .map(|(request, sent)| {
-                let mut inner = self.inner.clone();
-                async move {
-                    let response = inner.plan(request).await?.into_inner();
-                    Ok::<_, ClientError>((response, sent))
-                }
-            })
-            .collect();
         let mut answers = stream::iter(calls).buffered(CONCURRENT_REQUESTS);
         let mut planned = Vec::with_capacity(objects.len());
         while let Some(answer) = answers.next().await {
-            let (response, sent) = answer?;
-            planned.extend(planned_objects(tenant, response, sent)?);
+            planned.extend(answer?);
         }
         Ok(planned)
+    }
+
+    /// The request for `batch.objects[range]`, carrying the host objects at their targets, and
+    /// the conversion of its answer. An answer not in the derived placement form comes from a
+    /// planner whose mapping is not this client's: its targets, and so the host objects it had
+    /// to compare the objects with, may be others, so the request is sent again with every host
+    /// object of the batch.
+    async fn call(
+        &self,
+        batch: &Batch<'_>,
+        range: Range<usize>,
+        request: PlanRequest,
+        sent: Vec<SentObject>,
+    ) -> Result<Vec<PlannedObject>, ClientError> {
+        let mut inner = self.inner.clone();
+        let mut response = inner.plan(request).await?.into_inner();
+        if !batch.host.is_empty() && response.placement_form() != PlacementForm::Derived {
+            let traces = batch.trace_contexts.get(range.clone()).unwrap_or_default();
+            let again = PlanRequest {
+                objects: batch.objects[range].iter().map(object_json).collect(),
+                host_objects: batch.host.iter().map(host_object_json).collect(),
+                trace_contexts: traces.to_vec(),
+                ..batch.each.clone()
+            };
+            response = inner.plan(again).await?.into_inner();
+        }
+        planned_objects(&batch.tenant, response, sent)
     }
 
     /// Reads a host object's source back from its metadata (`kubectl get -o json` output).
@@ -247,6 +286,32 @@ impl PlannerClient {
     }
 }
 
+/// One `PlannerClient::plan` call.
+struct Batch<'a> {
+    tenant: TenantPlacement,
+    objects: &'a [TenantObject],
+    host: &'a [HostObjectMeta],
+    /// Empty, or one per object.
+    trace_contexts: &'a [String],
+    /// The fields every request of the batch has.
+    each: PlanRequest,
+}
+
+/// A tenant object as the JSON a request carries.
+fn object_json(object: &TenantObject) -> Vec<u8> {
+    serde_json::to_vec(&object.object).expect("a JSON value serializes")
+}
+
+/// One object of a batch, ready for its request.
+struct Part {
+    /// The object as JSON.
+    json: Vec<u8>,
+    /// The host object at its target, as JSON, if there is one.
+    host: Option<Vec<u8>>,
+    /// What its answer is completed with.
+    sent: SentObject,
+}
+
 /// The part of a host object the planner reads, as JSON.
 fn host_object_json(meta: &HostObjectMeta) -> Vec<u8> {
     serde_json::to_vec(&json!({
@@ -264,9 +329,9 @@ fn host_object_json(meta: &HostObjectMeta) -> Vec<u8> {
 
 /// The plans and decisions of one Plan answer, for the objects `sent` in its request.
 fn planned_objects(
-    tenant: &Tenant,
+    tenant: &TenantPlacement,
     response: PlanResponse,
-    sent: &[TenantObject],
+    sent: Vec<SentObject>,
 ) -> Result<Vec<PlannedObject>, ClientError> {
     if response.plans.len() != sent.len() {
         return Err(FieldError::new(
@@ -275,11 +340,10 @@ fn planned_objects(
         )
         .into());
     }
-    let tenant = TenantPlacement::from(tenant);
-    let answer = PlanAnswer::of(&response, &tenant);
-    let plans: Vec<_> = response.plans.into_iter().enumerate().collect();
-    parallel::map_in_order_owned(plans, |(i, p)| {
-        let (plan, decision) = answer.object_plan(&format!("plans[{i}]"), p, &sent[i])?;
+    let answer = PlanAnswer::of(&response, tenant);
+    let plans: Vec<_> = response.plans.into_iter().zip(sent).enumerate().collect();
+    parallel::map_in_order_owned(plans, |(i, (p, sent))| {
+        let (plan, decision) = answer.object_plan(&format!("plans[{i}]"), p, sent)?;
         Ok(PlannedObject { plan, decision })
     })
     .into_iter()

@@ -21,7 +21,11 @@ use tenantplane_grpc::convert::{from_proto, to_proto};
 use tenantplane_grpc::{IsolationService, PlannerService};
 use tenantplane_isolation::ObjectRef;
 use tenantplane_proto::planner::v1::planner_client::PlannerClient as RawPlannerClient;
-use tenantplane_proto::planner::v1::{DecisionForm, PlacementForm, PlanRequest, PlanResponse};
+use tenantplane_proto::planner::v1::planner_server::{self, PlannerServer};
+use tenantplane_proto::planner::v1::{
+    DecisionForm, ExplainHostObjectRequest, ExplainHostObjectResponse, GetVersionRequest,
+    GetVersionResponse, PlacementForm, PlanRequest, PlanResponse,
+};
 use tokio::net::TcpListener;
 use tokio_stream::wrappers::TcpListenerStream;
 
@@ -170,6 +174,149 @@ async fn batches_larger_than_one_request_keep_their_order() {
         comparable(remote),
         comparable(local(&tenant, None, &objects, &[]))
     );
+}
+
+/// A batch of `n` ConfigMaps and, in its tenant's host namespace, a host object at the target of
+/// every fifth (the tenant's own: an update) and of the one after (someone else's: a conflict),
+/// among `others` unrelated host objects; each host object carries 1 KiB of annotations.
+fn with_a_large_host_set(
+    tenant: &Tenant,
+    n: usize,
+    others: usize,
+) -> (Vec<TenantObject>, Vec<HostObjectMeta>) {
+    let objects: Vec<TenantObject> = (0..n)
+        .map(|i| {
+            TenantObject::from_value(json!({
+                "apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": format!("cm-{i}"), "namespace": format!("ns-{}", i % 7)},
+                "data": {"i": i.to_string()},
+            }))
+            .unwrap()
+        })
+        .collect();
+    let placement = TenantPlacement::from(tenant);
+    let padding = || [("note".to_string(), "x".repeat(1024))].into();
+    let at_target = objects
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| i % 5 < 2)
+        .map(|(i, o)| {
+            let p = tenantplane_core::mapping::place(&placement, o);
+            let own = |m: &tenantplane_core::mapping::MetadataMap| {
+                m.iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect()
+            };
+            HostObjectMeta {
+                labels: if i % 5 == 0 {
+                    own(&p.labels)
+                } else {
+                    Default::default()
+                },
+                annotations: if i % 5 == 0 {
+                    own(&p.annotations)
+                } else {
+                    padding()
+                },
+                api_version: p.api_version,
+                kind: p.kind,
+                namespace: p.namespace,
+                name: p.name,
+            }
+        });
+    let unrelated = (0..others).map(|i| HostObjectMeta {
+        api_version: "v1".into(),
+        kind: "ConfigMap".into(),
+        namespace: placement.host_namespace.clone(),
+        name: format!("unrelated-{i}"),
+        labels: Default::default(),
+        annotations: padding(),
+    });
+    let host = at_target.chain(unrelated).collect();
+    (objects, host)
+}
+
+#[tokio::test]
+async fn only_the_host_objects_at_the_targets_are_sent() {
+    let mut client = PlannerClient::connect(&serve().await).await.unwrap();
+    let tenant = Tenant::new("crowded", Default::default());
+    // 6,000 host objects of over 1 KiB each: more than the 4 MiB a request may have.
+    let (objects, host) = with_a_large_host_set(&tenant, 2500, 6000);
+    let remote = client.plan(&tenant, None, &objects, &host).await.unwrap();
+    let expected = comparable(local(&tenant, None, &objects, &host));
+    let actions: std::collections::BTreeSet<_> = expected
+        .iter()
+        .map(|p| format!("{:?} {:?}", p.plan.outcome, p.plan.action))
+        .collect();
+    assert_eq!(
+        actions.len(),
+        3,
+        "creates, updates and conflicts: {actions:?}"
+    );
+    assert_eq!(comparable(remote), expected);
+}
+
+/// The planner, answering as one whose mapping scheme is another version: in the full placement
+/// form. Records the number of host objects each Plan request carried.
+#[derive(Clone, Default)]
+struct OtherMapping {
+    planner: std::sync::Arc<PlannerService>,
+    host_objects: std::sync::Arc<std::sync::Mutex<Vec<usize>>>,
+}
+
+#[tonic::async_trait]
+impl planner_server::Planner for OtherMapping {
+    async fn plan(
+        &self,
+        request: tonic::Request<PlanRequest>,
+    ) -> Result<tonic::Response<PlanResponse>, tonic::Status> {
+        let mut request = request.into_inner();
+        self.host_objects
+            .lock()
+            .unwrap()
+            .push(request.host_objects.len());
+        request.mapping_version = "v0".into();
+        self.planner.plan(tonic::Request::new(request)).await
+    }
+
+    async fn explain_host_object(
+        &self,
+        request: tonic::Request<ExplainHostObjectRequest>,
+    ) -> Result<tonic::Response<ExplainHostObjectResponse>, tonic::Status> {
+        self.planner.explain_host_object(request).await
+    }
+
+    async fn get_version(
+        &self,
+        request: tonic::Request<GetVersionRequest>,
+    ) -> Result<tonic::Response<GetVersionResponse>, tonic::Status> {
+        self.planner.get_version(request).await
+    }
+}
+
+#[tokio::test]
+async fn a_planner_under_another_mapping_gets_every_host_object() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let planner = OtherMapping::default();
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(PlannerServer::new(planner.clone()))
+            .serve_with_incoming(TcpListenerStream::new(listener)),
+    );
+    let mut client = PlannerClient::connect(&ClientConfig::new(addr.to_string()))
+        .await
+        .unwrap();
+    let tenant = Tenant::new("upgrading", Default::default());
+    let (objects, host) = with_a_large_host_set(&tenant, 10, 20);
+    let remote = client.plan(&tenant, None, &objects, &host).await.unwrap();
+    assert_eq!(
+        comparable(remote),
+        comparable(local(&tenant, None, &objects, &host))
+    );
+    // First the host objects at the client's targets, then, as the answer's placements were not
+    // derived under the client's mapping, all of them.
+    assert_eq!(*planner.host_objects.lock().unwrap(), vec![4, 24]);
 }
 
 #[tokio::test]
@@ -470,10 +617,15 @@ fn a_derived_placement_that_lands_elsewhere_is_refused() {
         ..PlanResponse::default()
     };
     let answer = from_proto::PlanAnswer::of(&response, &placement);
-    assert!(answer.object_plan("plans[0]", p.clone(), &object).is_ok());
+    let sent = from_proto::SentObject::of(&placement, &object);
+    assert!(
+        answer
+            .object_plan("plans[0]", p.clone(), sent.clone())
+            .is_ok()
+    );
     // A planner whose scheme of the same version placed the object elsewhere.
     p.placement.as_mut().unwrap().target.as_mut().unwrap().name = "seen-elsewhere".into();
-    let error = answer.object_plan("plans[0]", p, &object).unwrap_err();
+    let error = answer.object_plan("plans[0]", p, sent).unwrap_err();
     assert_eq!(error.field, "plans[0].placement.target");
     assert!(error.problem.contains("seen-x-shop"), "{error:?}");
 }

@@ -96,9 +96,35 @@ pub fn object_plan(field: &str, p: planner::ObjectPlan) -> Result<(Plan, Decisio
     Ok((plan, decision_of(&format!("{field}.decision"), decision)?))
 }
 
+/// What a client knows of an object it sent to be planned, to complete the planner's answer
+/// for it: where the mapping places it (the placement a derived answer leaves out) and its
+/// resource version (which a compact decision does not repeat). Computed while the object is
+/// encoded for the request, so that the answer is completed without the object.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SentObject {
+    placement: Placement,
+    resource_version: String,
+}
+
+impl SentObject {
+    /// `object`, sent for `tenant`: its placement by [`mapping::place`], the code the planner
+    /// runs, and its resource version.
+    pub fn of(tenant: &TenantPlacement, object: &TenantObject) -> Self {
+        SentObject {
+            placement: mapping::place(tenant, object),
+            resource_version: object.resource_version.clone().unwrap_or_default(),
+        }
+    }
+
+    /// Where the mapping places the object.
+    pub fn placement(&self) -> &Placement {
+        &self.placement
+    }
+}
+
 /// How the plans of one Plan answer are completed: in the forms the response says it is in,
 /// what the planner left out is derived or rebuilt here, by the core code that computed it on the
-/// planner, from the request.
+/// planner, from what was sent.
 #[derive(Clone, Copy, Debug)]
 pub struct PlanAnswer<'a> {
     /// The tenant of the request.
@@ -120,21 +146,20 @@ impl<'a> PlanAnswer<'a> {
         }
     }
 
-    /// The plan and decision of `p`, the answer at `field` for `object` (the object sent as
-    /// `objects[i]`), moved out of the response. In the compact decision form the decision
-    /// (which carries its stamp, digest and mapping version only) is rebuilt by
+    /// The plan and decision of `p`, the answer at `field` for the object `sent` (the object
+    /// sent as `objects[i]`), moved out of the response. In the compact decision form the
+    /// decision (which carries its stamp, digest and mapping version only) is rebuilt by
     /// [`Plan::decision_about`], the code that built it on the planner, from the plan, the tenant
-    /// and the object (whose resource version the answer does not repeat). In the derived placement
-    /// form the placement is [`mapping::place`] of the object, which must land at the target the
-    /// planner answered.
+    /// and the object's resource version. In the derived placement form the placement is the
+    /// object's [`mapping::place`], which must land at the target the planner answered.
     pub fn object_plan(
         &self,
         field: &str,
         p: planner::ObjectPlan,
-        object: &TenantObject,
+        sent: SentObject,
     ) -> Result<(Plan, Decision), FieldError> {
-        let derive = self.derived_placements.then_some((self.tenant, object));
-        let (source, plan, d) = plan_parts(field, p, derive)?;
+        let derived = self.derived_placements.then_some(sent.placement);
+        let (source, plan, d) = plan_parts(field, p, derived)?;
         if !self.compact_decisions {
             return Ok((plan, decision_of(&format!("{field}.decision"), d)?));
         }
@@ -153,7 +178,7 @@ impl<'a> PlanAnswer<'a> {
         let decision = plan.decision_about(
             &self.tenant.tenant,
             source_identity_of(source),
-            object.resource_version.clone().unwrap_or_default(),
+            sent.resource_version,
             stamp,
             d.input_digest,
             d.mapping_version,
@@ -163,12 +188,12 @@ impl<'a> PlanAnswer<'a> {
 }
 
 /// An ObjectPlan's source identity (which the full form does not need), plan and decision
-/// message. With `derive`, the placement is the mapping of the object for the tenant, checked
-/// against the target and name form of the answer.
+/// message. With `derived` (the sent object's placement), the answer carries only the target
+/// and name form, which must be where `derived` lands.
 fn plan_parts(
     field: &str,
     p: planner::ObjectPlan,
-    derive: Option<(&TenantPlacement, &TenantObject)>,
+    derived: Option<Placement>,
 ) -> Result<(Option<types::SourceIdentity>, Plan, types::Decision), FieldError> {
     let (outcome, host_action) = (p.outcome(), p.action());
     let placement = required_moved(field, "placement", p.placement)?;
@@ -180,9 +205,8 @@ fn plan_parts(
         }
     };
     let target = required_moved(field, "placement.target", placement.target)?;
-    let placement = match derive {
-        Some((tenant, object)) => {
-            let derived = mapping::place(tenant, object);
+    let placement = match derived {
+        Some(derived) => {
             let lands = (
                 derived.api_version.as_str(),
                 derived.kind.as_str(),
