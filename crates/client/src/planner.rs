@@ -175,8 +175,8 @@ impl PlannerClient {
             let mut bytes = 0;
             while let Some(next) = parts.peek() {
                 let size = next.json.len() + next.host.as_ref().map_or(0, Vec::len);
-                let full = request.objects.len() >= per_request
-                    || bytes + size > MAX_BYTES_PER_REQUEST;
+                let full =
+                    request.objects.len() >= per_request || bytes + size > MAX_BYTES_PER_REQUEST;
                 if full && !request.objects.is_empty() {
                     break;
                 }
