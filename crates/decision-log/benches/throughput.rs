@@ -63,14 +63,39 @@ fn options() -> Options {
     o
 }
 
+/// The SQLite log's directory: always the same one, emptied when a run starts and removed when
+/// it ends, so that a run that was killed (a million decisions take about 1.5 GiB) leaves
+/// nothing behind past the next run. One run at a time.
+struct BenchDir(std::path::PathBuf);
+
+impl BenchDir {
+    fn create() -> BenchDir {
+        let dir = std::env::temp_dir().join("tenantplane-decision-log-bench");
+        match std::fs::remove_dir_all(&dir) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                panic!("removing {}: {e}", dir.display())
+            }
+            _ => {}
+        }
+        std::fs::create_dir_all(&dir).expect("creating the bench directory");
+        BenchDir(dir)
+    }
+}
+
+impl Drop for BenchDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
 #[tokio::main]
 async fn main() {
     let o = options();
-    let dir = tempfile::tempdir().expect("tempdir");
+    let dir = BenchDir::create();
     let url = o
         .url
         .clone()
-        .unwrap_or_else(|| format!("sqlite:{}", dir.path().join("bench.db").display()));
+        .unwrap_or_else(|| format!("sqlite:{}", dir.0.join("bench.db").display()));
     let store = open(&url).await.expect("open the log");
     let backend = if url.starts_with("postgres") {
         "postgres"
