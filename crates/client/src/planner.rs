@@ -129,7 +129,7 @@ impl PlannerClient {
                 objects.len()
             )));
         }
-        let placement = TenantPlacement::from(tenant);
+        let tenant_placement = TenantPlacement::from(tenant);
         let mut at_targets = HostState::default();
         for meta in host {
             at_targets.insert(meta.clone());
@@ -138,7 +138,7 @@ impl PlannerClient {
         // completed with, and the target whose host object the planner compares it with), on
         // every core for large batches.
         let mut parts = parallel::map_in_order(objects, |object| {
-            let sent = SentObject::of(&placement, object);
+            let sent = SentObject::of(&tenant_placement, object);
             Part {
                 json: object_json(object),
                 host: at_targets.get(sent.placement()).map(host_object_json),
@@ -152,7 +152,7 @@ impl PlannerClient {
             .div_ceil(CONCURRENT_REQUESTS)
             .clamp(MIN_OBJECTS_PER_SHARE, MAX_OBJECTS_PER_REQUEST);
         let batch = Batch {
-            tenant: placement.clone(),
+            tenant: tenant_placement,
             objects,
             host,
             trace_contexts,
