@@ -30,11 +30,16 @@ use tokio::net::TcpListener;
 use tokio_stream::wrappers::TcpListenerStream;
 
 async fn serve() -> ClientConfig {
+    serve_planner(PlannerService::new().into_server()).await
+}
+
+/// `planner` and the isolation compiler on a loopback port.
+async fn serve_planner(planner: PlannerServer<impl planner_server::Planner>) -> ClientConfig {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(
         tonic::transport::Server::builder()
-            .add_service(PlannerService::new().into_server())
+            .add_service(planner)
             .add_service(IsolationService::default().into_server())
             .serve_with_incoming(TcpListenerStream::new(listener)),
     );
@@ -296,17 +301,9 @@ impl planner_server::Planner for OtherMapping {
 
 #[tokio::test]
 async fn a_planner_under_another_mapping_gets_every_host_object() {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
     let planner = OtherMapping::default();
-    tokio::spawn(
-        tonic::transport::Server::builder()
-            .add_service(PlannerServer::new(planner.clone()))
-            .serve_with_incoming(TcpListenerStream::new(listener)),
-    );
-    let mut client = PlannerClient::connect(&ClientConfig::new(addr.to_string()))
-        .await
-        .unwrap();
+    let config = serve_planner(PlannerServer::new(planner.clone())).await;
+    let mut client = PlannerClient::connect(&config).await.unwrap();
     let tenant = Tenant::new("upgrading", Default::default());
     let (objects, host) = with_a_large_host_set(&tenant, 10, 20);
     let remote = client.plan(&tenant, None, &objects, &host).await.unwrap();
