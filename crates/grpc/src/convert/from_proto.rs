@@ -99,7 +99,9 @@ pub fn object_plan(field: &str, p: planner::ObjectPlan) -> Result<(Plan, Decisio
 /// What a client knows of an object it sent to be planned, to complete the planner's answer
 /// for it: where the mapping places it (the placement a derived answer leaves out) and its
 /// resource version (which a compact decision does not repeat). Computed while the object is
-/// encoded for the request, so that the answer is completed without the object.
+/// encoded for the request, so that the answer is completed without the object; the placement
+/// is computed whatever form the planner then answers in, since the client learns the form from
+/// the answer.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SentObject {
     placement: Placement,
