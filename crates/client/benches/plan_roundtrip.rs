@@ -186,7 +186,9 @@ async fn halves(tenant: &Tenant, batch: &[TenantObject]) -> (Vec<(&'static str, 
     use tenantplane_core::mapping::{MAPPING_VERSION, TenantPlacement};
     use tenantplane_grpc::convert::{from_proto, to_proto};
     use tenantplane_proto::planner::v1::planner_server::Planner as _;
-    use tenantplane_proto::planner::v1::{DecisionForm, PlacementForm, PlanRequest, PlanResponse};
+    use tenantplane_proto::planner::v1::{
+        DecisionForm, PlacementForm, PlanForm, PlanRequest, PlanResponse,
+    };
 
     let service = PlannerService::new();
     let placement = TenantPlacement::from(tenant);
@@ -205,6 +207,7 @@ async fn halves(tenant: &Tenant, batch: &[TenantObject]) -> (Vec<(&'static str, 
                 .iter()
                 .map(|o| serde_json::to_vec(&o.object).unwrap())
                 .collect(),
+            plan_form: PlanForm::Minimal.into(),
             decision_form: DecisionForm::Compact.into(),
             placement_form: PlacementForm::Derived.into(),
             mapping_version: MAPPING_VERSION.to_string(),
@@ -217,11 +220,11 @@ async fn halves(tenant: &Tenant, batch: &[TenantObject]) -> (Vec<(&'static str, 
         laps[3] = Instant::now();
         let bytes = response.into_inner().encode_to_vec();
         laps[4] = Instant::now();
-        let response = PlanResponse::decode(bytes.as_slice()).unwrap();
+        let mut response = PlanResponse::decode(bytes.as_slice()).unwrap();
         laps[5] = Instant::now();
-        let answer = from_proto::PlanAnswer::of(&response, &placement);
-        let planned: Vec<_> = response
-            .plans
+        let plans = std::mem::take(&mut response.plans);
+        let answer = from_proto::PlanAnswer::of(&response, &placement).unwrap();
+        let planned: Vec<_> = plans
             .into_iter()
             .zip(sent)
             .enumerate()

@@ -24,7 +24,7 @@ use tenantplane_proto::planner::v1::planner_client::PlannerClient as RawPlannerC
 use tenantplane_proto::planner::v1::planner_server::{self, PlannerServer};
 use tenantplane_proto::planner::v1::{
     DecisionForm, ExplainHostObjectRequest, ExplainHostObjectResponse, GetVersionRequest,
-    GetVersionResponse, PlacementForm, PlanRequest, PlanResponse,
+    GetVersionResponse, PlacementForm, PlanForm, PlanRequest, PlanResponse,
 };
 use tokio::net::TcpListener;
 use tokio_stream::wrappers::TcpListenerStream;
@@ -261,16 +261,27 @@ async fn only_the_host_objects_at_the_targets_are_sent() {
     assert_eq!(comparable(remote), expected);
 }
 
-/// The planner, answering as one whose mapping scheme is another version: in the full placement
-/// form. Records the number of host objects each Plan request carried.
-#[derive(Clone, Default)]
-struct OtherMapping {
+/// The planner, answering as an older or differently built one would: each Plan request is
+/// rewritten before it is planned. Records the number of host objects each request carried.
+#[derive(Clone)]
+struct Rewriting {
     planner: std::sync::Arc<PlannerService>,
+    rewrite: fn(&mut PlanRequest),
     host_objects: std::sync::Arc<std::sync::Mutex<Vec<usize>>>,
 }
 
+impl Rewriting {
+    fn new(rewrite: fn(&mut PlanRequest)) -> Self {
+        Rewriting {
+            planner: Default::default(),
+            rewrite,
+            host_objects: Default::default(),
+        }
+    }
+}
+
 #[tonic::async_trait]
-impl planner_server::Planner for OtherMapping {
+impl planner_server::Planner for Rewriting {
     async fn plan(
         &self,
         request: tonic::Request<PlanRequest>,
@@ -280,7 +291,7 @@ impl planner_server::Planner for OtherMapping {
             .lock()
             .unwrap()
             .push(request.host_objects.len());
-        request.mapping_version = "v0".into();
+        (self.rewrite)(&mut request);
         self.planner.plan(tonic::Request::new(request)).await
     }
 
@@ -301,7 +312,8 @@ impl planner_server::Planner for OtherMapping {
 
 #[tokio::test]
 async fn a_planner_under_another_mapping_gets_every_host_object() {
-    let planner = OtherMapping::default();
+    // Its mapping scheme is another version: it answers in the full placement form.
+    let planner = Rewriting::new(|request| request.mapping_version = "v0".into());
     let config = serve_planner(PlannerServer::new(planner.clone())).await;
     let mut client = PlannerClient::connect(&config).await.unwrap();
     let tenant = Tenant::new("upgrading", Default::default());
@@ -314,6 +326,23 @@ async fn a_planner_under_another_mapping_gets_every_host_object() {
     // First the host objects at the client's targets, then, as the answer's placements were not
     // derived under the client's mapping, all of them.
     assert_eq!(*planner.host_objects.lock().unwrap(), vec![4, 24]);
+}
+
+#[tokio::test]
+async fn a_planner_that_predates_minimal_plans_is_understood() {
+    // It ignores plan_form: it answers in the compact decision and derived placement forms.
+    let planner = Rewriting::new(|request| request.plan_form = PlanForm::Unspecified.into());
+    let config = serve_planner(PlannerServer::new(planner.clone())).await;
+    let mut client = PlannerClient::connect(&config).await.unwrap();
+    let tenant = Tenant::new("older", Default::default());
+    let (objects, host) = with_a_large_host_set(&tenant, 10, 20);
+    let remote = client.plan(&tenant, None, &objects, &host).await.unwrap();
+    assert_eq!(
+        comparable(remote),
+        comparable(local(&tenant, None, &objects, &host))
+    );
+    // Its placements were derived: the request was not sent again with every host object.
+    assert_eq!(*planner.host_objects.lock().unwrap(), vec![4]);
 }
 
 #[tokio::test]
@@ -557,8 +586,56 @@ async fn compact_and_full_decisions_are_the_same_plans_and_decisions() {
         );
     }
 
-    // PlannerClient asks for compact decisions and derived placements and rebuilds the very plans
-    // and records of the full forms, stripped keys and their mention in the message included.
+    // Minimal plans leave out what the request and the response say: the source, the whole
+    // placement, the policy's name and revision, a reason and message equal to the verdict's and
+    // the decision's stamping component and mapping version. About half the derived answer.
+    let minimal = raw
+        .plan(PlanRequest {
+            plan_form: PlanForm::Minimal.into(),
+            mapping_version: MAPPING_VERSION.to_string(),
+            ..plan_request(&tenant, &objects, &host)
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(minimal.plan_form(), PlanForm::Minimal);
+    assert_eq!(minimal.decision_form(), DecisionForm::Compact);
+    assert_eq!(minimal.placement_form(), PlacementForm::Derived);
+    assert_eq!(derived.plan_form(), PlanForm::Standard);
+    assert_eq!(minimal.component, "tenantplane-planner");
+    assert_eq!(
+        minimal.component_version,
+        full.last().unwrap().decision.component_version
+    );
+    assert!(
+        minimal.encoded_len() * 3 < derived.encoded_len() * 2,
+        "{} bytes minimal, {} derived",
+        minimal.encoded_len(),
+        derived.encoded_len()
+    );
+    for p in &minimal.plans {
+        assert!(p.source.is_none() && p.placement.is_none(), "{p:?}");
+        let policy = p.verdict.as_ref().unwrap().policy.as_ref().unwrap();
+        assert!(
+            policy.name.is_empty() && policy.revision.is_empty(),
+            "{p:?}"
+        );
+        let decision = p.decision.as_ref().unwrap();
+        assert!(decision.component.is_empty() && decision.mapping_version.is_empty());
+        assert!(decision.input_digest.starts_with("sha256:"), "{decision:?}");
+    }
+    // A conflict's reason and message are its own, not the verdict's: they are sent.
+    assert!(
+        minimal
+            .plans
+            .iter()
+            .any(|p| p.reason.starts_with("HostObject") && !p.message.is_empty()),
+        "{:?}",
+        minimal.plans
+    );
+
+    // PlannerClient asks for minimal plans and rebuilds the very plans and records of the full
+    // forms, stripped keys and their mention in the message included.
     let rebuilt = client
         .plan(&tenant, Some(&example("syncpolicy.yaml")), &objects, &host)
         .await
@@ -567,7 +644,7 @@ async fn compact_and_full_decisions_are_the_same_plans_and_decisions() {
 }
 
 #[tokio::test]
-async fn placements_are_derived_only_under_the_planners_mapping_scheme() {
+async fn placements_are_derived_and_plans_minimal_only_under_the_planners_mapping_scheme() {
     let config = serve().await;
     let mut raw = RawPlannerClient::new(tenantplane_client::connect(&config).await.unwrap());
     let tenant: Tenant = serde_norway::from_str(&example("tenant.yaml")).unwrap();
@@ -576,6 +653,7 @@ async fn placements_are_derived_only_under_the_planners_mapping_scheme() {
         let answer = raw
             .plan(PlanRequest {
                 placement_form: PlacementForm::Derived.into(),
+                plan_form: PlanForm::Minimal.into(),
                 mapping_version: mapping_version.to_string(),
                 ..plan_request(&tenant, &objects, &host_objects())
             })
@@ -587,6 +665,12 @@ async fn placements_are_derived_only_under_the_planners_mapping_scheme() {
             PlacementForm::Full,
             "{mapping_version:?}"
         );
+        assert_eq!(
+            answer.plan_form(),
+            PlanForm::Standard,
+            "{mapping_version:?}"
+        );
+        assert!(answer.plans.iter().all(|p| p.source.is_some()));
         let last = answer.plans.last().unwrap().placement.as_ref().unwrap();
         assert_eq!(
             last.stripped_keys,
@@ -607,13 +691,14 @@ fn a_derived_placement_that_lands_elsewhere_is_refused() {
         planned.plan,
         to_proto::compact_decision(stamp, planned.decision.input_digest),
         PlacementForm::Derived,
+        PlanForm::Standard,
     );
     let response = PlanResponse {
         decision_form: DecisionForm::Compact.into(),
         placement_form: PlacementForm::Derived.into(),
         ..PlanResponse::default()
     };
-    let answer = from_proto::PlanAnswer::of(&response, &placement);
+    let answer = from_proto::PlanAnswer::of(&response, &placement).unwrap();
     let sent = from_proto::SentObject::of(&placement, &object);
     assert!(
         answer
@@ -625,4 +710,28 @@ fn a_derived_placement_that_lands_elsewhere_is_refused() {
     let error = answer.object_plan("plans[0]", p, sent).unwrap_err();
     assert_eq!(error.field, "plans[0].placement.target");
     assert!(error.problem.contains("seen-x-shop"), "{error:?}");
+}
+
+#[test]
+fn a_minimal_answer_without_what_its_plans_share_is_refused() {
+    let tenant: Tenant = serde_norway::from_str(&example("tenant.yaml")).unwrap();
+    let placement = TenantPlacement::from(&tenant);
+    let mut response = PlanResponse {
+        plan_form: PlanForm::Minimal.into(),
+        decision_form: DecisionForm::Compact.into(),
+        placement_form: PlacementForm::Derived.into(),
+        policy: Some(to_proto::policy_ref("default", "builtin")),
+        component_version: "0.1.0".into(),
+        ..PlanResponse::default()
+    };
+    let refused = |response: &PlanResponse| {
+        from_proto::PlanAnswer::of(response, &placement)
+            .unwrap_err()
+            .field
+    };
+    assert_eq!(refused(&response), "component");
+    response.component = "tenantplane-planner".into();
+    assert!(from_proto::PlanAnswer::of(&response, &placement).is_ok());
+    response.policy = None;
+    assert_eq!(refused(&response), "policy");
 }

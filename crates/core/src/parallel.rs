@@ -1,5 +1,5 @@
 //! Order-preserving work on every core, for large inputs: `tenantplane explain-sync`, a planner
-//! batch, a client converting a planner's answer.
+//! batch, a client encoding one.
 //!
 //! The items are cut into one contiguous run per core and the results put back in input order,
 //! so that parallel work changes nothing a user can see but the time it takes.
@@ -19,24 +19,13 @@ fn cores() -> usize {
     *CORES.get_or_init(|| thread::available_parallelism().map_or(1, NonZeroUsize::get))
 }
 
-/// `items.iter().map(f).collect()`, computed on up to every available core.
-pub fn map_in_order<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
+/// `items.iter().map(f).collect()`, computed on up to every available core. The results may
+/// borrow from the items.
+pub fn map_in_order<'a, T: Sync, R: Send>(items: &'a [T], f: impl Fn(&'a T) -> R + Sync) -> Vec<R> {
     let Some(run) = run_length(items.len()) else {
         return items.iter().map(f).collect();
     };
     in_threads(items.chunks(run), |part| part.iter().map(&f).collect())
-}
-
-/// `items.into_iter().map(f).collect()`, computed on up to every available core: each item is
-/// moved into `f` (a large message converted without copying its strings).
-pub fn map_in_order_owned<T: Send, R: Send>(items: Vec<T>, f: impl Fn(T) -> R + Sync) -> Vec<R> {
-    let Some(run) = run_length(items.len()) else {
-        return items.into_iter().map(f).collect();
-    };
-    let mut items = items.into_iter();
-    let parts = std::iter::from_fn(|| Some(items.by_ref().take(run).collect::<Vec<T>>()))
-        .take_while(|part| !part.is_empty());
-    in_threads(parts, |part| part.into_iter().map(&f).collect())
 }
 
 /// How many items each thread takes, or `None` when `len` items are not worth splitting.
@@ -76,14 +65,5 @@ mod tests {
         assert_eq!(out, items.iter().map(|i| i * 2).collect::<Vec<_>>());
         assert_eq!(map_in_order(&items[..3], |i| *i), vec![0, 1, 2]);
         assert!(map_in_order(&[] as &[u8], |b| *b).is_empty());
-    }
-
-    #[test]
-    fn owned_results_keep_the_input_order() {
-        let items: Vec<String> = (0..10_001).map(|i| i.to_string()).collect();
-        let expected: Vec<usize> = (0..10_001).map(|i: usize| i.to_string().len()).collect();
-        assert_eq!(map_in_order_owned(items, |s| s.len()), expected);
-        assert_eq!(map_in_order_owned(vec![1, 2, 3], |i| i * 2), vec![2, 4, 6]);
-        assert!(map_in_order_owned(Vec::<u8>::new(), |b| b).is_empty());
     }
 }

@@ -13,7 +13,7 @@ use tenantplane_core::{CompiledPolicy, ENGINE_VERSION, MAPPING_VERSION, Planner,
 use tenantplane_proto::planner::v1::planner_server::{self, PlannerServer};
 use tenantplane_proto::planner::v1::{
     DecisionForm, ExplainHostObjectRequest, ExplainHostObjectResponse, GetVersionRequest,
-    GetVersionResponse, ObjectPlan, Ownership, PlacementForm, PlanRequest, PlanResponse,
+    GetVersionResponse, ObjectPlan, Ownership, PlacementForm, PlanForm, PlanRequest, PlanResponse,
 };
 use tenantplane_proto::types::v1 as types;
 use tonic::{Request, Response, Status};
@@ -117,29 +117,10 @@ impl PlannerService {
             .into());
         }
         let planner = self.planner(&tenant, &request.sync_policy)?;
-        // The full form unless the compact one is asked for (values unknown here included).
-        let form = match request.decision_form() {
-            DecisionForm::Compact => DecisionForm::Compact,
-            DecisionForm::Full | DecisionForm::Unspecified => DecisionForm::Full,
-        };
-        // Derived placements only under the caller's mapping scheme being this planner's.
-        let placement_form = match request.placement_form() {
-            PlacementForm::Derived if request.mapping_version == MAPPING_VERSION => {
-                PlacementForm::Derived
-            }
-            _ => PlacementForm::Full,
-        };
+        let forms = AnswerForms::granted(&request);
         let objects: Vec<_> = request.objects.iter().enumerate().collect();
         let plans = parallel::map_in_order(&objects, |&(i, bytes)| {
-            plan_object(
-                &planner,
-                &host,
-                bytes,
-                i,
-                traces.get(i),
-                form,
-                placement_form,
-            )
+            plan_object(&planner, &host, bytes, i, traces.get(i), forms)
         })
         .into_iter()
         .collect::<Result<_, _>>()?;
@@ -147,8 +128,11 @@ impl PlannerService {
         Ok(PlanResponse {
             plans,
             policy: Some(to_proto::policy_ref(policy.name(), policy.revision())),
-            decision_form: form.into(),
-            placement_form: placement_form.into(),
+            decision_form: forms.decision.into(),
+            placement_form: forms.placement.into(),
+            plan_form: forms.plan.into(),
+            component: COMPONENT.to_string(),
+            component_version: ENGINE_VERSION.to_string(),
         })
     }
 
@@ -194,20 +178,53 @@ impl PlannerService {
     }
 }
 
+/// The forms a Plan answer is in: those the request asked for, where this planner grants them.
+#[derive(Clone, Copy, Debug)]
+struct AnswerForms {
+    decision: DecisionForm,
+    placement: PlacementForm,
+    plan: PlanForm,
+}
+
+impl AnswerForms {
+    fn granted(request: &PlanRequest) -> Self {
+        // Placements are derived, and plans minimal, only under the caller's mapping scheme
+        // being this planner's; values unknown here mean the full and standard forms.
+        let same_mapping = request.mapping_version == MAPPING_VERSION;
+        if same_mapping && request.plan_form() == PlanForm::Minimal {
+            return AnswerForms {
+                decision: DecisionForm::Compact,
+                placement: PlacementForm::Derived,
+                plan: PlanForm::Minimal,
+            };
+        }
+        AnswerForms {
+            decision: match request.decision_form() {
+                DecisionForm::Compact => DecisionForm::Compact,
+                DecisionForm::Full | DecisionForm::Unspecified => DecisionForm::Full,
+            },
+            placement: match request.placement_form() {
+                PlacementForm::Derived if same_mapping => PlacementForm::Derived,
+                _ => PlacementForm::Full,
+            },
+            plan: PlanForm::Standard,
+        }
+    }
+}
+
 /// Name of the span the planner opens per object whose trace context the request carries.
 pub const PLAN_OBJECT_SPAN: &str = "tenantplane.planner.plan_object";
 
 /// Reads, plans and records `objects[i]` (JSON `bytes`), in a child span of the caller's span
 /// for it when the request carries its trace context, so each decision's trace shows its own
-/// planning; answers its decision in `form` and its placement in `placement_form`.
+/// planning; answers in the `forms` granted.
 fn plan_object(
     planner: &Planner,
     host: &HostState,
     bytes: &[u8],
     i: usize,
     trace_context: Option<&String>,
-    form: DecisionForm,
-    placement_form: PlacementForm,
+    forms: AnswerForms,
 ) -> Result<ObjectPlan, RequestError> {
     let value = from_proto::json_object(format_args!("objects[{i}]"), bytes)?;
     let object = TenantObject::from_value(value).map_err(|error| RequestError::Object {
@@ -225,7 +242,7 @@ fn plan_object(
         span.record("tenantplane.decision.reason", plan.reason.as_str());
     }
     let stamp = Stamp::now(COMPONENT);
-    let decision = match form {
+    let decision = match forms.decision {
         // The client rebuilds the rest of the record from the plan: it is not built here.
         DecisionForm::Compact => to_proto::compact_decision(stamp, input_digest(&object.object)),
         DecisionForm::Full | DecisionForm::Unspecified => {
@@ -236,7 +253,8 @@ fn plan_object(
         object.identity,
         plan,
         decision,
-        placement_form,
+        forms.placement,
+        forms.plan,
     ))
 }
 

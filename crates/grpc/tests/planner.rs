@@ -7,7 +7,7 @@ use support::{example, example_documents, json, serve};
 use tenantplane_proto::planner::v1::planner_client::PlannerClient;
 use tenantplane_proto::planner::v1::{
     CollisionKind, ConflictCause, DecisionForm, ExplainHostObjectRequest, GetVersionRequest,
-    NameForm, Ownership, PlacementForm, PlanRequest, SyncAction,
+    NameForm, Ownership, PlacementForm, PlanForm, PlanRequest, SyncAction,
 };
 use tenantplane_proto::types::v1::{HostAction, Outcome, TenantRef};
 use tonic::Code;
@@ -30,6 +30,7 @@ fn request(objects: &[serde_json::Value]) -> PlanRequest {
         decision_form: DecisionForm::Unspecified.into(),
         placement_form: PlacementForm::Unspecified.into(),
         mapping_version: String::new(),
+        plan_form: PlanForm::Unspecified.into(),
     }
 }
 

@@ -92,29 +92,26 @@ pub fn object_ref(field: &str, r: &types::ObjectRef) -> Result<ObjectRef, FieldE
 /// The plan and decision of one object, as the planner answered them in the full forms (every
 /// decision and placement field set), moved out of the response.
 pub fn object_plan(field: &str, p: planner::ObjectPlan) -> Result<(Plan, Decision), FieldError> {
-    let (_, plan, decision) = plan_parts(field, p, None)?;
+    let (_, plan, decision) = plan_parts(field, p, None, None)?;
     Ok((plan, decision_of(&format!("{field}.decision"), decision)?))
 }
 
-/// What a client knows of an object it sent to be planned, to complete the planner's answer
-/// for it: where the mapping places it (the placement a derived answer leaves out) and its
-/// resource version (which a compact decision does not repeat). Computed while the object is
-/// encoded for the request, so that the answer is completed without the object; the placement
-/// is computed whatever form the planner then answers in, since the client learns the form from
-/// the answer.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SentObject {
+/// An object a client sent to be planned, with where the mapping places it: what completes the
+/// planner's answer for it in the derived and minimal forms. The placement is computed while the
+/// object is encoded for the request, whatever form the planner then answers in, since the
+/// client learns the form from the answer.
+#[derive(Clone, Debug)]
+pub struct SentObject<'a> {
+    object: &'a TenantObject,
     placement: Placement,
-    resource_version: String,
 }
 
-impl SentObject {
-    /// `object`, sent for `tenant`: its placement by [`mapping::place`], the code the planner
-    /// runs, and its resource version.
-    pub fn of(tenant: &TenantPlacement, object: &TenantObject) -> Self {
+impl<'a> SentObject<'a> {
+    /// `object`, sent for `tenant`, placed by [`mapping::place`], the code the planner runs.
+    pub fn of(tenant: &TenantPlacement, object: &'a TenantObject) -> Self {
         SentObject {
+            object,
             placement: mapping::place(tenant, object),
-            resource_version: object.resource_version.clone().unwrap_or_default(),
         }
     }
 
@@ -126,7 +123,7 @@ impl SentObject {
 
 /// How the plans of one Plan answer are completed: in the forms the response says it is in,
 /// what the planner left out is derived or rebuilt here, by the core code that computed it on the
-/// planner, from what was sent.
+/// planner, from what was sent. The request named this build's [`MAPPING_VERSION`].
 #[derive(Clone, Copy, Debug)]
 pub struct PlanAnswer<'a> {
     /// The tenant of the request.
@@ -136,24 +133,60 @@ pub struct PlanAnswer<'a> {
     /// `PLACEMENT_FORM_DERIVED`: each placement's labels, annotations and stripped keys are
     /// derived from the object sent.
     derived_placements: bool,
+    /// `PLAN_FORM_MINIMAL`: what the response says once for all its plans.
+    minimal: Option<Shared<'a>>,
+}
+
+/// What the plans of an answer in `PLAN_FORM_MINIMAL` leave to their response.
+#[derive(Clone, Copy, Debug)]
+struct Shared<'a> {
+    /// The policy of every verdict, but for its rule.
+    policy: &'a types::PolicyRef,
+    /// The component that stamped the decisions, and its version.
+    component: &'a str,
+    component_version: &'a str,
 }
 
 impl<'a> PlanAnswer<'a> {
-    /// The forms of `response`, to a request for `tenant`.
-    pub fn of(response: &planner::PlanResponse, tenant: &'a TenantPlacement) -> Self {
-        PlanAnswer {
+    /// The forms of `response` (its plans taken out or not), to a request for `tenant`.
+    pub fn of(
+        response: &'a planner::PlanResponse,
+        tenant: &'a TenantPlacement,
+    ) -> Result<Self, FieldError> {
+        let minimal = if response.plan_form() == planner::PlanForm::Minimal {
+            let component = response.component.as_str();
+            if component.is_empty() {
+                return Err(FieldError::new(
+                    "component",
+                    "is required in PLAN_FORM_MINIMAL",
+                ));
+            }
+            Some(Shared {
+                policy: response
+                    .policy
+                    .as_ref()
+                    .ok_or_else(|| FieldError::new("policy", "is required in PLAN_FORM_MINIMAL"))?,
+                component,
+                component_version: &response.component_version,
+            })
+        } else {
+            None
+        };
+        Ok(PlanAnswer {
             tenant,
             compact_decisions: response.decision_form() == planner::DecisionForm::Compact,
             derived_placements: response.placement_form() == planner::PlacementForm::Derived,
-        }
+            minimal,
+        })
     }
 
     /// The plan and decision of `p`, the answer at `field` for the object `sent` (the object
     /// sent as `objects[i]`), moved out of the response. In the compact decision form the
     /// decision (which carries its stamp, digest and mapping version only) is rebuilt by
     /// [`Plan::decision_about`], the code that built it on the planner, from the plan, the tenant
-    /// and the object's resource version. In the derived placement form the placement is the
-    /// object's [`mapping::place`], which must land at the target the planner answered.
+    /// and the object sent. In the derived placement form the placement is the object's
+    /// [`mapping::place`], which must land at the target the planner answered; in the minimal
+    /// form, which leaves the target out too, it is that placement as it is.
     pub fn object_plan(
         &self,
         field: &str,
@@ -161,17 +194,29 @@ impl<'a> PlanAnswer<'a> {
         sent: SentObject,
     ) -> Result<(Plan, Decision), FieldError> {
         let derived = self.derived_placements.then_some(sent.placement);
-        let (source, plan, d) = plan_parts(field, p, derived)?;
+        let (source, plan, d) = plan_parts(field, p, derived, self.minimal.as_ref())?;
         if !self.compact_decisions {
             return Ok((plan, decision_of(&format!("{field}.decision"), d)?));
         }
-        let source = required_moved(field, "source", source)?;
+        let source = match (source, &self.minimal) {
+            (Some(source), _) => source_identity_of(source),
+            (None, Some(_)) => sent.object.identity.clone(),
+            (None, None) => return Err(FieldError::new(format!("{field}.source"), "is required")),
+        };
+        let (component, component_version, mapping_version) = match &self.minimal {
+            Some(shared) => (
+                shared.component.to_string(),
+                shared.component_version.to_string(),
+                MAPPING_VERSION.to_string(),
+            ),
+            None => (d.component, d.component_version, d.mapping_version),
+        };
         let time = required(field, "decision.time", d.time.as_ref())?;
         let stamp = Stamp {
             time: timestamp(field, "decision.time", time)?,
             id: d.id,
-            component: d.component,
-            component_version: d.component_version,
+            component,
+            component_version,
             trace_id: some_moved(d.trace_id),
             span_id: some_moved(d.span_id),
         };
@@ -179,11 +224,11 @@ impl<'a> PlanAnswer<'a> {
         // is not digested again.
         let decision = plan.decision_about(
             &self.tenant.tenant,
-            source_identity_of(source),
-            sent.resource_version,
+            source,
+            sent.object.resource_version.clone().unwrap_or_default(),
             stamp,
             d.input_digest,
-            d.mapping_version,
+            mapping_version,
         );
         Ok((plan, decision))
     }
@@ -191,63 +236,37 @@ impl<'a> PlanAnswer<'a> {
 
 /// An ObjectPlan's source identity (which the full form does not need), plan and decision
 /// message. With `derived` (the sent object's placement), the answer carries only the target
-/// and name form, which must be where `derived` lands.
+/// and name form, which must be where `derived` lands, or, with `minimal`, no placement at all;
+/// with `minimal`, what the plan leaves out is the verdict's or the response's.
 fn plan_parts(
     field: &str,
     p: planner::ObjectPlan,
     derived: Option<Placement>,
+    minimal: Option<&Shared>,
 ) -> Result<(Option<types::SourceIdentity>, Plan, types::Decision), FieldError> {
     let (outcome, host_action) = (p.outcome(), p.action());
-    let placement = required_moved(field, "placement", p.placement)?;
-    let name_form = match placement.name_form() {
-        planner::NameForm::Readable => HostNameForm::Readable,
-        planner::NameForm::Hashed => HostNameForm::Hashed,
-        planner::NameForm::Unspecified => {
-            return Err(unspecified(&format!("{field}.placement.name_form")));
-        }
-    };
-    let target = required_moved(field, "placement.target", placement.target)?;
-    let placement = match derived {
-        Some(derived) => {
-            let lands = (
-                derived.api_version.as_str(),
-                derived.kind.as_str(),
-                derived.namespace.as_str(),
-                derived.name.as_str(),
-                derived.name_form,
-            );
-            let answered = (
-                target.api_version.as_str(),
-                target.kind.as_str(),
-                target.namespace.as_str(),
-                target.name.as_str(),
-                name_form,
-            );
-            if lands != answered {
-                return Err(FieldError::new(
-                    format!("{field}.placement.target"),
-                    format!(
-                        "is {answered:?}, but mapping {MAPPING_VERSION} places the object sent at \
-                         {lands:?}"
-                    ),
-                ));
-            }
-            derived
-        }
-        None => Placement {
-            api_version: target.api_version,
-            kind: target.kind,
-            namespace: target.namespace,
-            name: target.name,
-            name_form,
-            labels: placement.labels.into_iter().collect(),
-            annotations: placement.annotations.into_iter().collect(),
-            stripped_keys: placement.stripped_keys,
-        },
+    let placement = match (p.placement, derived) {
+        (None, Some(derived)) if minimal.is_some() => derived,
+        (placement, derived) => placement_of(
+            field,
+            required_moved(field, "placement", placement)?,
+            derived,
+        )?,
     };
     let v = required_moved(field, "verdict", p.verdict)?;
     let action = v.action();
-    let policy = required_moved(field, "verdict.policy", v.policy)?;
+    let mut policy = required_moved(field, "verdict.policy", v.policy)?;
+    let (mut reason, mut message) = (p.reason, p.message);
+    if let Some(shared) = minimal {
+        policy.name.clone_from(&shared.policy.name);
+        policy.revision.clone_from(&shared.policy.revision);
+        if reason.is_empty() {
+            reason.clone_from(&v.reason);
+        }
+        if message.is_empty() {
+            message.clone_from(&v.message);
+        }
+    }
     let plan = Plan {
         placement,
         verdict: Verdict {
@@ -273,11 +292,64 @@ fn plan_parts(
             .transpose()?,
         outcome: self::outcome(field, outcome)?,
         action: self::host_action(field, host_action)?,
-        reason: p.reason,
-        message: p.message,
+        reason,
+        message,
     };
     let decision = required_moved(field, "decision", p.decision)?;
     Ok((p.source, plan, decision))
+}
+
+/// The placement of the ObjectPlan at `field`. With `derived` (the sent object's placement), the
+/// answer carries only the target and name form, which must be where `derived` lands.
+fn placement_of(
+    field: &str,
+    placement: planner::Placement,
+    derived: Option<Placement>,
+) -> Result<Placement, FieldError> {
+    let name_form = match placement.name_form() {
+        planner::NameForm::Readable => HostNameForm::Readable,
+        planner::NameForm::Hashed => HostNameForm::Hashed,
+        planner::NameForm::Unspecified => {
+            return Err(unspecified(&format!("{field}.placement.name_form")));
+        }
+    };
+    let target = required_moved(field, "placement.target", placement.target)?;
+    let Some(derived) = derived else {
+        return Ok(Placement {
+            api_version: target.api_version,
+            kind: target.kind,
+            namespace: target.namespace,
+            name: target.name,
+            name_form,
+            labels: placement.labels.into_iter().collect(),
+            annotations: placement.annotations.into_iter().collect(),
+            stripped_keys: placement.stripped_keys,
+        });
+    };
+    let lands = (
+        derived.api_version.as_str(),
+        derived.kind.as_str(),
+        derived.namespace.as_str(),
+        derived.name.as_str(),
+        derived.name_form,
+    );
+    let answered = (
+        target.api_version.as_str(),
+        target.kind.as_str(),
+        target.namespace.as_str(),
+        target.name.as_str(),
+        name_form,
+    );
+    if lands != answered {
+        return Err(FieldError::new(
+            format!("{field}.placement.target"),
+            format!(
+                "is {answered:?}, but mapping {MAPPING_VERSION} places the object sent at \
+                 {lands:?}"
+            ),
+        ));
+    }
+    Ok(derived)
 }
 
 /// The collision check of the ObjectPlan at `field`.

@@ -21,12 +21,15 @@ pub fn tenant(tenant: &Tenant) -> types::TenantRef {
 
 /// The plan of one tenant object with its decision record, moved into the response (the server
 /// builds them for the response alone, so nothing is copied). In `PLACEMENT_FORM_DERIVED` the
-/// placement carries its target and name form only.
+/// placement carries its target and name form only; in `PLAN_FORM_MINIMAL` the plan carries only
+/// what the caller cannot derive from its request and the response (see planner.proto), and
+/// `decision` is expected in the compact form.
 pub fn object_plan(
     source: SourceIdentity,
     plan: Plan,
-    decision: types::Decision,
+    mut decision: types::Decision,
     placement_form: planner::PlacementForm,
+    plan_form: planner::PlanForm,
 ) -> planner::ObjectPlan {
     let Plan {
         placement,
@@ -34,13 +37,31 @@ pub fn object_plan(
         collision,
         outcome,
         action,
-        reason,
-        message,
+        mut reason,
+        mut message,
     } = plan;
+    let minimal = plan_form == planner::PlanForm::Minimal;
+    if minimal {
+        // What equals the verdict's, the response's or the request's is left to the caller.
+        if reason == verdict.reason {
+            reason.clear();
+        }
+        if message == verdict.message {
+            message.clear();
+        }
+        decision.mapping_version.clear();
+        decision.component.clear();
+        decision.component_version.clear();
+    }
+    let mut verdict = self::verdict(verdict);
+    if let Some(policy) = verdict.policy.as_mut().filter(|_| minimal) {
+        policy.name.clear();
+        policy.revision.clear();
+    }
     planner::ObjectPlan {
-        source: Some(source_identity(source)),
-        placement: Some(self::placement(placement, placement_form)),
-        verdict: Some(self::verdict(verdict)),
+        source: (!minimal).then(|| source_identity(source)),
+        placement: (!minimal).then(|| self::placement(placement, placement_form)),
+        verdict: Some(verdict),
         collision: collision.as_ref().map(self::collision),
         outcome: self::outcome(outcome).into(),
         action: host_action(action).into(),
