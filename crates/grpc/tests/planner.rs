@@ -182,6 +182,15 @@ async fn a_bad_object_fails_the_request_naming_its_field() {
     );
 
     let mut req = request(&objects[..1]);
+    req.objects.push(b"{\"kind\": \"Config\xffMap\"}".to_vec());
+    let (field, description) = violation(&client.plan(req).await.unwrap_err());
+    assert_eq!(field, "objects[1]");
+    assert_eq!(
+        description,
+        "is not UTF-8 JSON: invalid utf-8 sequence of 1 bytes from index 16"
+    );
+
+    let mut req = request(&objects[..1]);
     req.objects.push(b"[1, 2]".to_vec());
     let (field, _) = violation(&client.plan(req).await.unwrap_err());
     assert_eq!(field, "objects[1]");

@@ -60,7 +60,10 @@ fn dns_label(field: &str, value: &str) -> Result<(), FieldError> {
 /// A Kubernetes object carried as UTF-8 JSON bytes; `field`, its proto path, is only formatted
 /// for an error.
 pub fn json_object(field: impl fmt::Display, bytes: &[u8]) -> Result<Value, FieldError> {
-    serde_json::from_slice(bytes)
+    // The document is checked for UTF-8 once, so that the parser need not check each string.
+    let text = std::str::from_utf8(bytes)
+        .map_err(|e| FieldError::new(field.to_string(), format!("is not UTF-8 JSON: {e}")))?;
+    serde_json::from_str(text)
         .map_err(|e| FieldError::new(field.to_string(), format!("is not a JSON document: {e}")))
 }
 
