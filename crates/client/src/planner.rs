@@ -1,8 +1,10 @@
 //! The Planner client.
 
+use std::iter::Peekable;
 use std::ops::Range;
+use std::task::Poll;
 
-use futures::stream::{self, StreamExt};
+use futures::stream::{FuturesOrdered, StreamExt};
 use serde_json::json;
 use tenantplane_api::Tenant;
 use tenantplane_core::collision::HostObjectMeta;
@@ -10,7 +12,7 @@ use tenantplane_core::decision::PolicyRef;
 use tenantplane_core::mapping::Provenance;
 use tenantplane_core::mapping::{MAPPING_VERSION, TenantPlacement};
 use tenantplane_core::planner::HostState;
-use tenantplane_core::{Decision, Plan, TenantObject, parallel};
+use tenantplane_core::{Decision, Plan, TenantObject};
 use tenantplane_grpc::FieldError;
 use tenantplane_grpc::convert::from_proto::{self, PlanAnswer, SentObject};
 use tenantplane_grpc::convert::to_proto;
@@ -129,32 +131,19 @@ impl PlannerClient {
                 objects.len()
             )));
         }
-        let tenant_placement = TenantPlacement::from(tenant);
         let mut at_targets = HostState::default();
         for meta in host {
             at_targets.insert(meta.clone());
         }
-        // Each object is encoded for the request and placed by the mapping (what its answer is
-        // completed with, and the target whose host object the planner compares it with), on
-        // every core for large batches.
-        let mut parts = parallel::map_in_order(objects, |object| {
-            let sent = SentObject::of(&tenant_placement, object);
-            Part {
-                json: object_json(object),
-                host: at_targets.get(sent.placement()).map(host_object_json),
-                sent,
-            }
-        })
-        .into_iter()
-        .peekable();
         let per_request = objects
             .len()
             .div_ceil(CONCURRENT_REQUESTS)
             .clamp(MIN_OBJECTS_PER_SHARE, MAX_OBJECTS_PER_REQUEST);
         let batch = Batch {
-            tenant: tenant_placement,
+            tenant: TenantPlacement::from(tenant),
             objects,
             host,
+            at_targets,
             trace_contexts,
             each: PlanRequest {
                 tenant: Some(to_proto::tenant(tenant)),
@@ -172,43 +161,35 @@ impl PlannerClient {
                 ..PlanRequest::default()
             },
         };
-        let mut calls = Vec::new();
-        let mut start = 0;
-        while start < objects.len() {
-            let mut request = batch.each.clone();
-            let mut sent = Vec::new();
-            let mut bytes = 0;
-            while let Some(next) = parts.peek() {
-                let size = next.json.len() + next.host.as_ref().map_or(0, Vec::len);
-                let full =
-                    request.objects.len() >= per_request || bytes + size > MAX_BYTES_PER_REQUEST;
-                if full && !request.objects.is_empty() {
-                    break;
-                }
-                bytes += size;
-                let part = parts.next().expect("peeked");
-                request.objects.push(part.json);
-                request.host_objects.extend(part.host);
-                sent.push(part.sent);
-            }
-            let range = start..start + sent.len();
-            if !trace_contexts.is_empty() {
-                request.trace_contexts = trace_contexts[range.clone()].to_vec();
-            }
-            start = range.end;
-            calls.push(self.call(&batch, range, request, sent));
-        }
-        // Up to CONCURRENT_REQUESTS requests in flight, answers taken in order: the planner plans
-        // a part while the answer to the one before is on the wire or completed here. Each plan
-        // is completed straight into the batch's result (a plan and its decision are about a
-        // kilobyte, and moving them through intermediate vectors cost a twentieth of the CPU).
-        let mut answers = stream::iter(calls).buffered(CONCURRENT_REQUESTS);
+        let mut parts = Parts::of(&batch).peekable();
+        // Up to CONCURRENT_REQUESTS requests in flight, answers taken in order. Each request is
+        // cut and encoded, then polled once so that it is on its way, before the next is cut: the
+        // planner plans the first while the rest are encoded here, and one part while the answer
+        // to another is completed. Each plan is completed straight into the batch's result (a
+        // plan and its decision are about a kilobyte, and moving them through intermediate
+        // vectors cost a twentieth of the CPU).
+        let mut in_flight = FuturesOrdered::new();
         let mut planned = Vec::with_capacity(objects.len());
-        while let Some(answer) = answers.next().await {
+        let mut start = 0;
+        loop {
+            let answer = if in_flight.len() < CONCURRENT_REQUESTS && start < objects.len() {
+                let (request, sent) = batch.cut(&mut parts, per_request, start);
+                let range = start..start + sent.len();
+                start = range.end;
+                in_flight.push_back(self.call(&batch, range, request, sent));
+                match futures::poll!(in_flight.next()) {
+                    Poll::Ready(answer) => answer,
+                    Poll::Pending => continue,
+                }
+            } else {
+                in_flight.next().await
+            };
+            let Some(answer) = answer else {
+                return Ok(planned);
+            };
             let (response, sent) = answer?;
             complete(&mut planned, &batch.tenant, response, sent)?;
         }
-        Ok(planned)
     }
 
     /// The answer to the request for `batch.objects[range]`, which carries the host objects at
@@ -299,15 +280,82 @@ struct Batch<'a> {
     tenant: TenantPlacement,
     objects: &'a [TenantObject],
     host: &'a [HostObjectMeta],
+    /// The host objects, by target.
+    at_targets: HostState,
     /// Empty, or one per object.
     trace_contexts: &'a [String],
     /// The fields every request of the batch has.
     each: PlanRequest,
 }
 
+impl<'a> Batch<'a> {
+    /// The next request, of the `parts` from `objects[start]` on: up to `per_request` objects
+    /// (at least one) and the host objects at their targets, within `MAX_BYTES_PER_REQUEST`;
+    /// with the objects sent in it.
+    fn cut(
+        &self,
+        parts: &mut Peekable<Parts<'a, '_>>,
+        per_request: usize,
+        start: usize,
+    ) -> (PlanRequest, Vec<SentObject<'a>>) {
+        let mut request = self.each.clone();
+        let mut sent = Vec::new();
+        let mut bytes = 0;
+        while let Some(next) = parts.peek() {
+            let size = next.json.len() + next.host.as_ref().map_or(0, Vec::len);
+            let full = request.objects.len() >= per_request || bytes + size > MAX_BYTES_PER_REQUEST;
+            if full && !request.objects.is_empty() {
+                break;
+            }
+            bytes += size;
+            let part = parts.next().expect("peeked");
+            request.objects.push(part.json);
+            request.host_objects.extend(part.host);
+            sent.push(part.sent);
+        }
+        if !self.trace_contexts.is_empty() {
+            request.trace_contexts = self.trace_contexts[start..start + sent.len()].to_vec();
+        }
+        (request, sent)
+    }
+}
+
 /// A tenant object as the JSON a request carries.
 fn object_json(object: &TenantObject) -> Vec<u8> {
     serde_json::to_vec(&object.object).expect("a JSON value serializes")
+}
+
+/// The objects of a batch, each encoded for its request and placed by the mapping (what its
+/// answer is completed with, and the target whose host object the planner compares it with) when
+/// its request is cut.
+struct Parts<'a, 'b> {
+    objects: std::slice::Iter<'a, TenantObject>,
+    batch: &'b Batch<'a>,
+}
+
+impl<'a, 'b> Parts<'a, 'b> {
+    fn of(batch: &'b Batch<'a>) -> Self {
+        Parts {
+            objects: batch.objects.iter(),
+            batch,
+        }
+    }
+}
+
+impl<'a> Iterator for Parts<'a, '_> {
+    type Item = Part<'a>;
+
+    fn next(&mut self) -> Option<Part<'a>> {
+        let object = self.objects.next()?;
+        let sent = SentObject::of(&self.batch.tenant, object);
+        Some(Part {
+            json: object_json(object),
+            host: (self.batch.at_targets)
+                .get(sent.placement())
+                .map(host_object_json),
+            sent,
+        })
+    }
 }
 
 /// One object of a batch, ready for its request.
