@@ -1,5 +1,5 @@
-//! Order-preserving work on every core, for large inputs: `tenantplane explain-sync`, a planner
-//! batch, a client encoding one.
+//! Order-preserving work on every core, for large inputs: `tenantplane explain-sync`, reading
+//! documents, a planner batch.
 //!
 //! The items are cut into one contiguous run per core and the results put back in input order,
 //! so that parallel work changes nothing a user can see but the time it takes.
@@ -19,9 +19,8 @@ fn cores() -> usize {
     *CORES.get_or_init(|| thread::available_parallelism().map_or(1, NonZeroUsize::get))
 }
 
-/// `items.iter().map(f).collect()`, computed on up to every available core. The results may
-/// borrow from the items.
-pub fn map_in_order<'a, T: Sync, R: Send>(items: &'a [T], f: impl Fn(&'a T) -> R + Sync) -> Vec<R> {
+/// `items.iter().map(f).collect()`, computed on up to every available core.
+pub fn map_in_order<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
     let Some(run) = run_length(items.len()) else {
         return items.iter().map(f).collect();
     };
