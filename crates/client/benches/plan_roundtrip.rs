@@ -37,7 +37,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 const SINGLE_CALLS: usize = 3000;
 const BATCH: usize = 1000;
-const BATCHES: usize = 20;
+const BATCHES: usize = 100;
 
 fn objects(n: usize) -> Vec<TenantObject> {
     (0..n)
