@@ -5,7 +5,7 @@
 //! - single-object Plan round trip latency (p50, p99) through `PlannerClient::plan`;
 //! - batch throughput in objects/s: remote (batches of 1000 objects through `PlannerClient::plan`,
 //!   which serializes each object to JSON, sends the batch as four requests in flight asking for
-//!   compact decisions, and rebuilds the decisions) and in process (`Planner::plan_all` plus
+//!   minimal plans, and derives the placements and rebuilds the decisions) and in process (`Planner::plan_all` plus
 //!   `Plan::to_decision` on one core, what explain-sync computes per object), one batch of each
 //!   in turn so that both meet the same machine load, and the CPU time per object of each (all
 //!   threads of the process: for the remote batches, client and server together);
