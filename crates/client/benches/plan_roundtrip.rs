@@ -197,16 +197,13 @@ async fn halves(tenant: &Tenant, batch: &[TenantObject]) -> (Vec<(&'static str, 
     // Run 0 warms the policy cache and is not counted.
     for run in 0..=BATCHES {
         let mut laps = [Instant::now(); 8];
-        let sent: Vec<_> = batch
+        let (objects, sent): (Vec<_>, Vec<_>) = batch
             .iter()
-            .map(|o| from_proto::SentObject::of(&placement, o))
-            .collect();
+            .map(|o| from_proto::SentObject::encode(&placement, o))
+            .unzip();
         let request = PlanRequest {
             tenant: Some(to_proto::tenant(tenant)),
-            objects: batch
-                .iter()
-                .map(|o| serde_json::to_vec(&o.object).unwrap())
-                .collect(),
+            objects,
             plan_form: PlanForm::Minimal.into(),
             decision_form: DecisionForm::Compact.into(),
             placement_form: PlacementForm::Derived.into(),

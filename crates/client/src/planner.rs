@@ -209,7 +209,10 @@ impl PlannerClient {
         if !batch.host.is_empty() && response.placement_form() != PlacementForm::Derived {
             let traces = batch.trace_contexts.get(range.clone()).unwrap_or_default();
             let again = PlanRequest {
-                objects: batch.objects[range].iter().map(object_json).collect(),
+                objects: batch.objects[range]
+                    .iter()
+                    .map(from_proto::object_json)
+                    .collect(),
                 host_objects: batch.host.iter().map(host_object_json).collect(),
                 trace_contexts: traces.to_vec(),
                 ..batch.each.clone()
@@ -320,11 +323,6 @@ impl<'a> Batch<'a> {
     }
 }
 
-/// A tenant object as the JSON a request carries.
-fn object_json(object: &TenantObject) -> Vec<u8> {
-    serde_json::to_vec(&object.object).expect("a JSON value serializes")
-}
-
 /// The objects of a batch, each encoded for its request and placed by the mapping (what its
 /// answer is completed with, and the target whose host object the planner compares it with) when
 /// its request is cut.
@@ -347,9 +345,9 @@ impl<'a> Iterator for Parts<'a, '_> {
 
     fn next(&mut self) -> Option<Part<'a>> {
         let object = self.objects.next()?;
-        let sent = SentObject::of(&self.batch.tenant, object);
+        let (json, sent) = SentObject::encode(&self.batch.tenant, object);
         Some(Part {
-            json: object_json(object),
+            json,
             host: (self.batch.at_targets)
                 .get(sent.placement())
                 .map(host_object_json),

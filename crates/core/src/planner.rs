@@ -236,13 +236,18 @@ pub fn input_digest(object: &serde_json::Value) -> String {
         /// The JSON of the last object digested on this thread, kept for its capacity.
         static JSON: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
     }
-    let digest = JSON.with_borrow_mut(|json| {
+    JSON.with_borrow_mut(|json| {
         json.clear();
         serde_json::to_writer(&mut *json, object).expect("a JSON value always serializes");
-        Sha256::digest(json)
-    });
+        json_digest(json)
+    })
+}
+
+/// The input digest of an object whose canonical JSON (`serde_json`'s, of the object's value) is
+/// `json`: for a caller that has that JSON already, as a client that sent it to the planner.
+pub fn json_digest(json: &[u8]) -> String {
     let mut hex = [0; 64];
-    hex::encode_to_slice(digest, &mut hex).expect("a SHA-256 digest is 32 bytes");
+    hex::encode_to_slice(Sha256::digest(json), &mut hex).expect("a SHA-256 digest is 32 bytes");
     [
         "sha256:",
         std::str::from_utf8(&hex).expect("hex digits are ASCII"),

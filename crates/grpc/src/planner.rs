@@ -244,7 +244,14 @@ fn plan_object(
     let stamp = Stamp::now(COMPONENT);
     let decision = match forms.decision {
         // The client rebuilds the rest of the record from the plan: it is not built here.
-        DecisionForm::Compact => to_proto::compact_decision(stamp, input_digest(&object.object)),
+        DecisionForm::Compact => {
+            // Minimal plans leave the digest to the caller, which has the object's JSON.
+            let digest = match forms.plan {
+                PlanForm::Minimal => String::new(),
+                PlanForm::Standard | PlanForm::Unspecified => input_digest(&object.object),
+            };
+            to_proto::compact_decision(stamp, digest)
+        }
         DecisionForm::Full | DecisionForm::Unspecified => {
             to_proto::decision_of(plan.to_decision(planner.tenant(), &object, stamp))
         }

@@ -14,6 +14,7 @@ use tenantplane_core::decision::{HostAction, HostTarget, PolicyRef, ProfileRef, 
 use tenantplane_core::mapping::{
     self, HostNameForm, MAPPING_VERSION, NameSyntax, Provenance, TenantPlacement,
 };
+use tenantplane_core::planner::json_digest;
 use tenantplane_core::{Decision, Outcome, Placement, Plan, SourceIdentity, TenantObject, Verdict};
 use tenantplane_isolation::{CompiledObject, IsolationProvenance, ObjectRef};
 use tenantplane_proto::isolation::v1 as isolation;
@@ -99,29 +100,40 @@ pub fn object_plan(field: &str, p: planner::ObjectPlan) -> Result<(Plan, Decisio
     Ok((plan, decision_of(&format!("{field}.decision"), decision)?))
 }
 
-/// An object a client sent to be planned, with where the mapping places it: what completes the
-/// planner's answer for it in the derived and minimal forms. The placement is computed while the
-/// object is encoded for the request, whatever form the planner then answers in, since the
-/// client learns the form from the answer.
+/// An object a client sent to be planned, with what completes the planner's answer for it in
+/// the derived and minimal forms: where the mapping places it and the digest of the JSON sent.
+/// Both are computed while the object is encoded for the request, whatever form the planner then
+/// answers in, since the client learns the form from the answer.
 #[derive(Clone, Debug)]
 pub struct SentObject<'a> {
     object: &'a TenantObject,
     placement: Placement,
+    input_digest: String,
 }
 
 impl<'a> SentObject<'a> {
-    /// `object`, sent for `tenant`, placed by [`mapping::place`], the code the planner runs.
-    pub fn of(tenant: &TenantPlacement, object: &'a TenantObject) -> Self {
-        SentObject {
+    /// `object`, sent for `tenant`: its [`object_json`] for the request, and the object placed
+    /// by [`mapping::place`], the code the planner runs, with the input digest of that JSON.
+    pub fn encode(tenant: &TenantPlacement, object: &'a TenantObject) -> (Vec<u8>, Self) {
+        let json = object_json(object);
+        let sent = SentObject {
             object,
             placement: mapping::place(tenant, object),
-        }
+            input_digest: json_digest(&json),
+        };
+        (json, sent)
     }
 
     /// Where the mapping places the object.
     pub fn placement(&self) -> &Placement {
         &self.placement
     }
+}
+
+/// A tenant object as the JSON a Plan request carries: canonical (serde_json keeps object keys
+/// sorted), so that its digest is the object's input digest.
+pub fn object_json(object: &TenantObject) -> Vec<u8> {
+    serde_json::to_vec(&object.object).expect("a JSON value serializes")
 }
 
 /// How the plans of one Plan answer are completed: in the forms the response says it is in,
@@ -206,13 +218,19 @@ impl<'a> PlanAnswer<'a> {
             (None, Some(_)) => sent.object.identity.clone(),
             (None, None) => return Err(FieldError::new(format!("{field}.source"), "is required")),
         };
-        let (component, component_version, mapping_version) = match &self.minimal {
+        let (component, component_version, mapping_version, input_digest) = match &self.minimal {
             Some(shared) => (
                 shared.component.to_string(),
                 shared.component_version.to_string(),
                 MAPPING_VERSION.to_string(),
+                sent.input_digest,
             ),
-            None => (d.component, d.component_version, d.mapping_version),
+            None => (
+                d.component,
+                d.component_version,
+                d.mapping_version,
+                d.input_digest,
+            ),
         };
         let time = required(field, "decision.time", d.time.as_ref())?;
         let stamp = Stamp {
@@ -223,14 +241,14 @@ impl<'a> PlanAnswer<'a> {
             trace_id: some_moved(d.trace_id),
             span_id: some_moved(d.span_id),
         };
-        // The input digest is the planner's (of the object as it read it), so the object's JSON
-        // is not digested again.
+        // The input digest is the planner's (of the object as it read it) or, in minimal plans,
+        // that of the JSON sent, so the object is not serialized again.
         let decision = plan.decision_about(
             &self.tenant.tenant,
             source,
             sent.object.resource_version.clone().unwrap_or_default(),
             stamp,
-            d.input_digest,
+            input_digest,
             mapping_version,
         );
         Ok((plan, decision))
