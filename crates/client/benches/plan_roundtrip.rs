@@ -5,10 +5,11 @@
 //! - single-object Plan round trip latency (p50, p99) through `PlannerClient::plan`;
 //! - batch throughput in objects/s: remote (batches of 1000 objects through `PlannerClient::plan`,
 //!   which serializes each object to JSON, sends the batch as four requests in flight asking for
-//!   minimal plans, and derives the placements and rebuilds the decisions) and in process (`Planner::plan_all` plus
-//!   `Plan::to_decision` on one core, what explain-sync computes per object), one batch of each
-//!   in turn so that both meet the same machine load, and the CPU time per object of each (all
-//!   threads of the process: for the remote batches, client and server together);
+//!   minimal plans, and derives the placements and rebuilds the decisions) and in process
+//!   (`Planner::plan_all` plus `Plan::to_decision` on one core, what explain-sync computes per
+//!   object), one batch of each in turn so that both meet the same machine load, and the CPU
+//!   time per object of each (all threads of the process: for the remote batches, client and
+//!   server together);
 //! - one batch piece by piece, as one request (client JSON, protobuf both ways, the server's
 //!   handler, the client's conversion back into the core's types), to show where the remote time
 //!   goes.

@@ -148,9 +148,9 @@ impl PlannerClient {
             each: PlanRequest {
                 tenant: Some(to_proto::tenant(tenant)),
                 sync_policy: sync_policy.unwrap_or_default().as_bytes().to_vec(),
-                // Half the bytes of the compact, derived form: each plan carries only what is not
-                // derived here from the objects sent and the response (a planner that predates
-                // the minimal form answers in the two below).
+                // A third of the bytes of the compact, derived form: each plan carries only what
+                // is not derived here from the objects sent and the response (a planner that
+                // predates the minimal form answers in the two below).
                 plan_form: PlanForm::Minimal.into(),
                 // A quarter fewer bytes than the full form: the decisions are rebuilt here from
                 // their plans.
@@ -323,9 +323,9 @@ impl<'a> Batch<'a> {
     }
 }
 
-/// The objects of a batch, each encoded for its request and placed by the mapping (what its
-/// answer is completed with, and the target whose host object the planner compares it with) when
-/// its request is cut.
+/// The objects of a batch, each encoded for its request, placed by the mapping and digested when
+/// its request is cut: what its answer is completed with, and, by its placement, the host object
+/// the planner compares it with.
 struct Parts<'a, 'b> {
     objects: std::slice::Iter<'a, TenantObject>,
     batch: &'b Batch<'a>,

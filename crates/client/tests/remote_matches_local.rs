@@ -624,7 +624,10 @@ async fn compact_and_full_decisions_are_the_same_plans_and_decisions() {
         let decision = p.decision.as_ref().unwrap();
         assert!(decision.component.is_empty() && decision.mapping_version.is_empty());
         assert!(decision.input_digest.is_empty(), "{decision:?}");
-        assert!(!decision.id.is_empty() && decision.time.is_some(), "{decision:?}");
+        assert!(
+            !decision.id.is_empty() && decision.time.is_some(),
+            "{decision:?}"
+        );
     }
     // A conflict's reason and message are its own, not the verdict's: they are sent.
     assert!(
