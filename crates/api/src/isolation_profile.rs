@@ -101,10 +101,12 @@ pub struct NetworkIsolation {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub allow_intra_tenant: Option<bool>,
     /// CIDRs the tenant's pods may reach (network addresses, host bits zero), in addition to DNS
-    /// and the tenant itself. Only meaningful with default-deny egress.
+    /// and the tenant itself. Only meaningful with default-deny egress. Each is at most 43
+    /// characters (the longest IPv6 CIDR): the bound keeps the CEL rule within the API server's
+    /// cost budget.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[x_kube(validation = Rule::new("self.all(c, isCIDR(c))").message("every allowed egress CIDR must be a CIDR such as 10.0.0.0/8"))]
-    #[schemars(length(max = 64))]
+    #[schemars(length(max = 64), inner(length(max = 43)))]
     pub allowed_egress_cidrs: Vec<String>,
     /// Host namespaces whose pods the tenant's pods may reach. Only meaningful with default-deny
     /// egress.

@@ -14,6 +14,7 @@
 pub mod conditions;
 pub mod isolation_profile;
 pub mod provenance;
+mod schema;
 pub mod sync_policy;
 pub mod tenant;
 

@@ -132,6 +132,7 @@ impl SyncAction {
 /// Observed state of a SyncPolicy.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 #[serde(rename_all = "camelCase")]
+#[schemars(transform = crate::schema::kubernetes_integer_formats)]
 pub struct SyncPolicyStatus {
     /// Generation this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]

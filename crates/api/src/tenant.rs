@@ -107,6 +107,7 @@ pub struct TenantStatus {
 /// shows: decisions recorded in the last interval before a crash can be missing.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
 #[serde(rename_all = "camelCase")]
+#[schemars(transform = crate::schema::kubernetes_integer_formats)]
 pub struct DecisionCounts {
     /// Host object created or updated.
     pub synced: u64,

@@ -66,3 +66,84 @@ fn cross_field_rules_are_cel_validations_in_the_schema() {
         );
     }
 }
+
+/// Every `format` in the schemas, with the JSON path of the node that carries it.
+fn formats(node: &serde_json::Value, path: &str, out: &mut Vec<(String, String, String)>) {
+    match node {
+        serde_json::Value::Object(map) => {
+            if let Some(format) = map.get("format").and_then(|f| f.as_str()) {
+                let ty = map.get("type").and_then(|t| t.as_str()).unwrap_or("");
+                out.push((path.to_string(), ty.to_string(), format.to_string()));
+            }
+            for (key, child) in map {
+                formats(child, &format!("{path}.{key}"), out);
+            }
+        }
+        serde_json::Value::Array(items) => {
+            for (i, child) in items.iter().enumerate() {
+                formats(child, &format!("{path}[{i}]"), out);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// A real API server accepts a CRD with a format it does not know, warns
+/// (`unrecognized format "uint32"`) and ignores it; the recognized ones are listed in
+/// apiextensions-apiserver's pkg/apiserver/validation/formats.go.
+#[test]
+fn every_schema_format_is_one_kubernetes_recognizes() {
+    const STRING_FORMATS: [&str; 26] = [
+        "bsonobjectid",
+        "uri",
+        "email",
+        "hostname",
+        "ipv4",
+        "ipv6",
+        "cidr",
+        "mac",
+        "uuid",
+        "uuid3",
+        "uuid4",
+        "uuid5",
+        "isbn",
+        "isbn10",
+        "isbn13",
+        "creditcard",
+        "ssn",
+        "hexcolor",
+        "rgbcolor",
+        "byte",
+        "password",
+        "date",
+        "duration",
+        "datetime",
+        "k8s-short-name",
+        "k8s-long-name",
+    ];
+    let mut found = Vec::new();
+    for crd in tenantplane_api::crds() {
+        let value = serde_json::to_value(&crd).unwrap();
+        formats(&value["spec"]["versions"], &crd.spec.names.kind, &mut found);
+    }
+    assert!(
+        !found.is_empty(),
+        "the schemas declare formats (date-time, int64)"
+    );
+    let unrecognized: Vec<_> = found
+        .into_iter()
+        .filter(|(_, ty, format)| match ty.as_str() {
+            "integer" => format != "int32" && format != "int64",
+            "number" => format != "float" && format != "double",
+            "string" | "" => {
+                !STRING_FORMATS.contains(&format.replace('-', "").as_str())
+                    && !STRING_FORMATS.contains(&format.as_str())
+            }
+            _ => true,
+        })
+        .collect();
+    assert!(
+        unrecognized.is_empty(),
+        "formats Kubernetes does not recognize: {unrecognized:#?}"
+    );
+}

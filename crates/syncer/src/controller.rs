@@ -16,7 +16,7 @@ use anyhow::Context as _;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Namespace, Secret};
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
-use kube::discovery::{Discovery, Scope, verbs};
+use kube::discovery::{Scope, verbs};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::{PredicateConfig, WatchStreamExt as _, watcher};
@@ -28,6 +28,7 @@ use tenantplane_core::CompiledPolicy;
 use tokio::sync::Mutex;
 use tracing::Instrument as _;
 
+use crate::discovery;
 use crate::isolation::{self, IsolationService};
 use crate::record::{DecisionRecorder, TenantLedger, flush_loop};
 use crate::shard::Shard;
@@ -37,6 +38,9 @@ use crate::tenant::{self, Shared, TenantRuntime};
 pub const FINALIZER: &str = "tenantplane.io/cleanup";
 /// Annotation on a host namespace tenantplane created (and so may delete).
 pub const CREATED_ANNOTATION: &str = "tenantplane.io/created-by";
+/// How soon a Tenant whose control plane has an unavailable API group is looked at again (its
+/// kinds start syncing once the group answers).
+const UNAVAILABLE_GROUP_RETRY: Duration = Duration::from_secs(30);
 
 /// Errors of a Tenant reconcile; each is retried with backoff.
 #[derive(Debug, thiserror::Error)]
@@ -79,11 +83,12 @@ pub struct Context {
 }
 
 /// What is recorded about one Tenant outside its tenant runtime: the ledger (flushed to its
-/// status by `flusher`) and the recorder of its isolation decisions.
+/// status by `flusher`) and the recorder of the decisions the Tenant controller takes itself
+/// (isolation, unavailable API groups), which have no tenant object to send Events to.
 #[derive(Debug)]
 struct Books {
     ledger: TenantLedger,
-    isolation: DecisionRecorder,
+    host_side: DecisionRecorder,
     flusher: tokio::task::JoinHandle<()>,
 }
 
@@ -159,13 +164,14 @@ impl Context {
         self.running.lock().await.clear();
     }
 
-    /// The Tenant's ledger and isolation recorder, started on first use. The ledger continues
+    /// The Tenant's ledger and the recorder of its controller's decisions (isolation, discovery),
+    /// started on first use. The ledger continues
     /// from the counts the Tenant's status already shows (see [`TenantLedger::continuing`]).
     async fn books(&self, tenant: &Tenant) -> (TenantLedger, DecisionRecorder) {
         let mut books = self.books.lock().await;
         let name = tenant.name().to_string();
         if let Some(b) = books.get(&name) {
-            return (b.ledger.clone(), b.isolation.clone());
+            return (b.ledger.clone(), b.host_side.clone());
         }
         let ledger = TenantLedger::continuing(tenant.status.as_ref());
         let flusher = tokio::spawn(flush_loop(
@@ -175,7 +181,7 @@ impl Context {
             ledger.clone(),
             self.status_interval,
         ));
-        let isolation = DecisionRecorder::host_side(
+        let host_side = DecisionRecorder::host_side(
             ledger.clone(),
             self.shared.log.clone(),
             self.shared.metrics.clone(),
@@ -184,11 +190,11 @@ impl Context {
             name,
             Books {
                 ledger: ledger.clone(),
-                isolation: isolation.clone(),
+                host_side: host_side.clone(),
                 flusher,
             },
         );
-        (ledger, isolation)
+        (ledger, host_side)
     }
 }
 
@@ -381,11 +387,11 @@ async fn apply(tenant: &Tenant, ctx: &Context) -> Result<Action, Error> {
     let host = &ctx.shared.host;
     let name = tenant.name().to_string();
     let host_ns = tenant.host_namespace();
-    let (ledger, isolation_recorder) = ctx.books(tenant).await;
+    let (ledger, host_side_recorder) = ctx.books(tenant).await;
     ledger.observe(tenant.metadata.generation, &host_ns);
 
     ensure_namespace(host, tenant, &host_ns).await?;
-    apply_isolation(tenant, ctx, &ledger, &isolation_recorder, &host_ns).await?;
+    apply_isolation(tenant, ctx, &ledger, &host_side_recorder, &host_ns).await?;
 
     // The SyncPolicy: the referenced one, or the built-in default.
     let (policy_text, policy_version, compiled) = match &tenant.spec.sync_policy_ref {
@@ -427,9 +433,10 @@ async fn apply(tenant: &Tenant, ctx: &Context) -> Result<Action, Error> {
             return Err(e.into());
         }
     };
-    let kinds = match tenant::resolve_kinds(&client, &compiled).await {
-        Ok(k) => k,
+    let discovered = match discovery::synced_kinds(&client, &compiled).await {
+        Ok(d) => d,
         Err(e) => {
+            let e = anyhow::Error::from(e).context("discovering the tenant control plane's API");
             ledger.set_condition(
                 conditions::CONTROL_PLANE_REACHABLE,
                 false,
@@ -439,12 +446,13 @@ async fn apply(tenant: &Tenant, ctx: &Context) -> Result<Action, Error> {
             return Err(e.into());
         }
     };
-    ledger.set_condition(
-        conditions::CONTROL_PLANE_REACHABLE,
-        true,
-        "Reached",
-        &format!("watching {} kinds in the tenant control plane", kinds.len()),
-    );
+    record_discovery(tenant, &compiled, &ledger, &host_side_recorder, &discovered).await?;
+    let requeue = if discovered.unavailable.is_empty() {
+        ctx.resync
+    } else {
+        ctx.resync.min(UNAVAILABLE_GROUP_RETRY)
+    };
+    let kinds = discovered.kinds;
 
     let mut h = Sha256::new();
     h.update(yaml.as_bytes());
@@ -458,7 +466,7 @@ async fn apply(tenant: &Tenant, ctx: &Context) -> Result<Action, Error> {
     let mut running = ctx.running.lock().await;
     if !ctx.serves(&name, running.contains_key(&name)) {
         // Lost to another replica while this reconcile ran: the rounds stop what runs.
-        return Ok(Action::requeue(ctx.resync));
+        return Ok(Action::requeue(requeue));
     }
     if running.get(&name).map(|r| r.fingerprint.as_str()) != Some(fingerprint.as_str()) {
         running.remove(&name);
@@ -481,7 +489,78 @@ async fn apply(tenant: &Tenant, ctx: &Context) -> Result<Action, Error> {
             },
         );
     }
-    Ok(Action::requeue(ctx.resync))
+    Ok(Action::requeue(requeue))
+}
+
+/// Records what discovery of the tenant control plane found: the ControlPlaneReachable
+/// condition, a Deferred decision for each group version that newly failed (or failed
+/// differently), and the end of those that answer again.
+async fn record_discovery(
+    tenant: &Tenant,
+    policy: &CompiledPolicy,
+    ledger: &TenantLedger,
+    recorder: &DecisionRecorder,
+    discovered: &discovery::SyncedKinds,
+) -> anyhow::Result<()> {
+    let watching = format!(
+        "watching {} kinds in the tenant control plane",
+        discovered.kinds.len()
+    );
+    if discovered.unavailable.is_empty() {
+        ledger.set_condition(
+            conditions::CONTROL_PLANE_REACHABLE,
+            true,
+            "Reached",
+            &watching,
+        );
+    } else {
+        let groups: Vec<String> = discovered
+            .unavailable
+            .iter()
+            .map(|g| format!("{} ({})", g.group_version(), g.error))
+            .collect();
+        ledger.set_condition(
+            conditions::CONTROL_PLANE_REACHABLE,
+            true,
+            "APIGroupsUnavailable",
+            &format!(
+                "{watching}; not synced until their discovery answers: {}",
+                groups.join("; ")
+            ),
+        );
+    }
+    let keys: Vec<String> = discovered
+        .unavailable
+        .iter()
+        .map(discovery::UnavailableGroup::ledger_key)
+        .collect();
+    for answering in ledger.pending_keys(discovery::LEDGER_PREFIX) {
+        if !keys.contains(&answering) {
+            ledger.forget(&answering);
+        }
+    }
+    for (group, key) in discovered.unavailable.iter().zip(&keys) {
+        let span = crate::trace::evaluation_span(
+            tenant.name(),
+            "apiregistration.k8s.io/v1",
+            "APIService",
+            "",
+            &group.api_service(),
+        );
+        let decision = group.decision(
+            tenant.name(),
+            policy,
+            crate::trace::stamp_in(&span, crate::record::COMPONENT),
+        );
+        let digest = group.digest();
+        if ledger.worth_recording(key, &decision, &digest, false) {
+            recorder
+                .record(key, &decision, &digest, None, std::time::Instant::now())
+                .instrument(span)
+                .await?;
+        }
+    }
+    Ok(())
 }
 
 async fn ensure_namespace(host: &Client, tenant: &Tenant, host_ns: &str) -> anyhow::Result<()> {
@@ -633,45 +712,60 @@ async fn cleanup(tenant: &Tenant, ctx: &Context) -> Result<Action, Error> {
         provenance::TENANT,
         name
     );
-    let discovery = Discovery::new(host.clone())
-        .run()
+    let groups = discovery::served_groups(host)
         .await
         .context("discovering the host API for cleanup")?;
+    let mut resources = Vec::new();
+    for (group, versions) in &groups {
+        // The preferred version: a kind is cleaned up once, whatever the versions it is served
+        // at. A group that does not answer holds nothing tenantplane wrote (the syncer writes
+        // the kinds it synced and compiled, all served by the host API server itself).
+        let Some(version) = versions.first() else {
+            continue;
+        };
+        match discovery::group_version_resources(host, group, version).await {
+            Ok(found) => resources.extend(found),
+            Err(unavailable) => tracing::warn!(
+                tenant = %name,
+                group = %unavailable.group_version(),
+                error = %unavailable.error,
+                "host API group unavailable during cleanup"
+            ),
+        }
+    }
     let mut removed = 0usize;
-    for group in discovery.groups() {
-        for (ar, caps) in group.recommended_resources() {
-            if !caps.supports_operation(verbs::LIST)
-                || !caps.supports_operation(verbs::DELETE)
-                || ar.plural.contains('/')
-                || ar.kind == "Namespace"
-                || ar.kind == "Event"
-            {
+    for (ar, caps) in resources {
+        if !caps.supports_operation(verbs::LIST)
+            || !caps.supports_operation(verbs::DELETE)
+            || ar.plural.contains('/')
+            || ar.kind == "Namespace"
+            || ar.kind == "Event"
+        {
+            continue;
+        }
+        let api: Api<kube::api::DynamicObject> = match caps.scope {
+            Scope::Namespaced => Api::namespaced_with(host.clone(), &host_ns, &ar),
+            // Cluster-scoped objects (admission policies) labelled for this tenant.
+            Scope::Cluster => Api::all_with(host.clone(), &ar),
+        };
+        let list = match api
+            .list_metadata(&ListParams::default().labels(&selector))
+            .await
+        {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::debug!(kind = %ar.kind, error = %e, "cleanup list");
                 continue;
             }
-            let api: Api<kube::api::DynamicObject> = match caps.scope {
-                Scope::Namespaced => Api::namespaced_with(host.clone(), &host_ns, &ar),
-                // Cluster-scoped objects (admission policies) labelled for this tenant.
-                Scope::Cluster => Api::all_with(host.clone(), &ar),
-            };
-            let list = match api
-                .list_metadata(&ListParams::default().labels(&selector))
-                .await
-            {
-                Ok(l) => l,
+        };
+        for obj in list {
+            match api.delete(&obj.name_any(), &DeleteParams::default()).await {
+                Ok(_) => removed += 1,
+                Err(kube::Error::Api(s)) if s.code == 404 => {}
                 Err(e) => {
-                    tracing::debug!(kind = %ar.kind, error = %e, "cleanup list");
-                    continue;
-                }
-            };
-            for obj in list {
-                match api.delete(&obj.name_any(), &DeleteParams::default()).await {
-                    Ok(_) => removed += 1,
-                    Err(kube::Error::Api(s)) if s.code == 404 => {}
-                    Err(e) => {
-                        return Err(anyhow::Error::from(e)
-                            .context(format!("deleting {} {}", ar.kind, obj.name_any()))
-                            .into());
-                    }
+                    return Err(anyhow::Error::from(e)
+                        .context(format!("deleting {} {}", ar.kind, obj.name_any()))
+                        .into());
                 }
             }
         }

@@ -23,6 +23,7 @@
 #![forbid(unsafe_code)]
 
 pub mod controller;
+pub mod discovery;
 pub mod isolation;
 pub mod metrics;
 pub mod planner;

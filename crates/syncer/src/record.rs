@@ -214,6 +214,16 @@ impl TenantLedger {
         self.lock().last_recorded.contains_key(key)
     }
 
+    /// The keys under `prefix` whose last decision is Deferred or Failed.
+    pub fn pending_keys(&self, prefix: &str) -> Vec<String> {
+        self.lock()
+            .pending
+            .iter()
+            .filter(|k| k.starts_with(prefix))
+            .cloned()
+            .collect()
+    }
+
     /// Forgets an object that is gone.
     pub fn forget(&self, key: &str) {
         let mut s = self.lock();

@@ -23,11 +23,10 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use anyhow::Context as _;
 use futures::StreamExt;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams, Preconditions};
-use kube::core::ApiResource;
-use kube::discovery::{ApiCapabilities, Discovery, Scope, verbs};
+use kube::core::{ApiResource, TypeMeta};
+use kube::discovery::ApiCapabilities;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
@@ -39,7 +38,7 @@ use tenantplane_core::collision::HostObjectMeta;
 use tenantplane_core::decision::{HostAction, Outcome};
 use tenantplane_core::mapping::{self, TenantPlacement};
 use tenantplane_core::translate;
-use tenantplane_core::{CompiledPolicy, SourceIdentity, TenantObject};
+use tenantplane_core::{SourceIdentity, TenantObject};
 use tenantplane_telemetry::propagation;
 use tokio::sync::{Semaphore, watch};
 use tokio::task::JoinHandle;
@@ -207,57 +206,6 @@ impl Drop for TenantRuntime {
     }
 }
 
-/// Kinds never synced through a wildcard rule: they describe the control plane itself.
-const WILDCARD_EXCLUDED: [(&str, &str); 5] = [
-    ("", "Event"),
-    ("events.k8s.io", "Event"),
-    ("coordination.k8s.io", "Lease"),
-    ("discovery.k8s.io", "EndpointSlice"),
-    ("apps", "ControllerRevision"),
-];
-
-/// Resolves the (group, kind) pairs a policy can sync against the tenant's discovery: namespaced
-/// kinds that can be listed and watched; `*` expands to every such kind but control-plane
-/// bookkeeping kinds.
-pub async fn resolve_kinds(
-    client: &Client,
-    policy: &CompiledPolicy,
-) -> anyhow::Result<Vec<(ApiResource, ApiCapabilities)>> {
-    let wanted = policy.synced_kinds();
-    let discovery = Discovery::new(client.clone())
-        .run()
-        .await
-        .context("discovering the tenant control plane's API")?;
-    let mut out: Vec<(ApiResource, ApiCapabilities)> = Vec::new();
-    for group in discovery.groups() {
-        for (ar, caps) in group.recommended_resources() {
-            if caps.scope != Scope::Namespaced
-                || !caps.supports_operation(verbs::WATCH)
-                || !caps.supports_operation(verbs::LIST)
-                || ar.plural.contains('/')
-            {
-                continue;
-            }
-            let exact = wanted.iter().any(|(g, k)| g == &ar.group && k == &ar.kind);
-            let wildcard = wanted.iter().any(|(g, k)| {
-                (g == "*" || g == &ar.group)
-                    && (k == "*" || k == &ar.kind)
-                    && !(g == &ar.group && k == &ar.kind)
-            }) && !WILDCARD_EXCLUDED
-                .contains(&(ar.group.as_str(), ar.kind.as_str()));
-            if (exact || wildcard)
-                && !out
-                    .iter()
-                    .any(|(a, _)| a.group == ar.group && a.kind == ar.kind)
-            {
-                out.push((ar, caps));
-            }
-        }
-    }
-    out.sort_by(|a, b| (&a.0.group, &a.0.kind).cmp(&(&b.0.group, &b.0.kind)));
-    Ok(out)
-}
-
 /// Per-tenant state the workers share.
 struct Worker {
     shared: Arc<Shared>,
@@ -356,10 +304,11 @@ pub async fn start(
 
     for (index, tenant_api, tenant_writer, host_api, host_writer) in watch_streams {
         let w = worker.clone();
+        let types = type_meta(&w.kinds[index].ar);
         tasks.push(tokio::spawn(async move {
             let mut events = watcher(tenant_api, watcher::Config::default())
                 .default_backoff()
-                .modify(trim_tenant_object)
+                .modify(move |obj| trim_tenant_object(&types, obj))
                 .reflect(tenant_writer)
                 .touched_objects()
                 .boxed();
@@ -392,10 +341,11 @@ pub async fn start(
         }));
         let w = worker.clone();
         let service = Some(index) == w.service_kind;
+        let types = type_meta(&w.kinds[index].ar);
         tasks.push(tokio::spawn(async move {
             let mut events = watcher(host_api, watcher::Config::default())
                 .default_backoff()
-                .modify(move |obj| trim_host_object(service, obj))
+                .modify(move |obj| trim_host_object(&types, service, obj))
                 .reflect(host_writer)
                 .touched_objects()
                 .boxed();
@@ -477,10 +427,20 @@ fn to_value(obj: &DynamicObject) -> Value {
     serde_json::to_value(obj).expect("a DynamicObject always serializes")
 }
 
+/// The apiVersion and kind of the objects of `ar`.
+fn type_meta(ar: &ApiResource) -> TypeMeta {
+    TypeMeta {
+        api_version: ar.api_version.clone(),
+        kind: ar.kind.clone(),
+    }
+}
+
 /// A tenant object as its store keeps it: everything but the field sets of its managedFields
 /// (only who wrote it is read, by the Endpoints up-sync; the field sets are most of the
-/// metadata of a small object).
-fn trim_tenant_object(obj: &mut DynamicObject) {
+/// metadata of a small object), with its apiVersion and kind: a real API server sends them on
+/// the objects of a watch event but not on the items of a list.
+fn trim_tenant_object(types: &TypeMeta, obj: &mut DynamicObject) {
+    obj.types.get_or_insert_with(|| types.clone());
     for entry in obj.metadata.managed_fields.iter_mut().flatten() {
         entry.fields_v1 = None;
     }
@@ -490,8 +450,10 @@ fn trim_tenant_object(obj: &mut DynamicObject) {
 /// (provenance, the recorded digest, uid and resourceVersion) without managedFields, its status
 /// (flowing up), a Service's spec (its cluster IPs flow up) and an Endpoints' subsets; the rest
 /// (a Pod's spec, a ConfigMap's or Secret's data) is what the syncer wrote from the tenant object
-/// and is compared by digest only.
-fn trim_host_object(service: bool, obj: &mut DynamicObject) {
+/// and is compared by digest only. Like a tenant object, it gets the apiVersion and kind that a
+/// list's items lack.
+fn trim_host_object(types: &TypeMeta, service: bool, obj: &mut DynamicObject) {
+    obj.types.get_or_insert_with(|| types.clone());
     obj.metadata.managed_fields = None;
     if let Some(body) = obj.data.as_object_mut() {
         body.retain(|field, _| match field.as_str() {
@@ -1473,6 +1435,48 @@ mod tests {
         serde_json::from_value(v).expect("a valid object")
     }
 
+    fn types(kind: &str) -> TypeMeta {
+        TypeMeta {
+            api_version: "v1".into(),
+            kind: kind.into(),
+        }
+    }
+
+    /// A real API server's list items have no apiVersion and kind (the List has them); the
+    /// stores give them back, so that a tenant object that existed before the syncer started is
+    /// readable like one that arrived in a watch event.
+    #[test]
+    fn a_listed_item_gets_the_apiversion_and_kind_of_its_list() {
+        let item = || {
+            dynamic(
+                json!({"metadata": {"name": "web", "namespace": "shop", "uid": "u1",
+                "resourceVersion": "3"}, "data": {"k": "v"}}),
+            )
+        };
+        assert!(
+            TenantObject::from_value(to_value(&item())).is_err(),
+            "as listed, the item is not a tenant object"
+        );
+        let mut listed = item();
+        trim_tenant_object(&types("ConfigMap"), &mut listed);
+        let object = TenantObject::from_value(to_value(&listed)).expect("a tenant object");
+        assert_eq!(object.identity.api_version, "v1");
+        assert_eq!(object.identity.kind, "ConfigMap");
+
+        let mut host = item();
+        trim_host_object(&types("ConfigMap"), false, &mut host);
+        assert_eq!(to_value(&host)["kind"], "ConfigMap");
+
+        let mut event = dynamic(json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "web"}}));
+        trim_tenant_object(&types("Secret"), &mut event);
+        assert_eq!(
+            to_value(&event)["kind"],
+            "ConfigMap",
+            "what the server sent is kept"
+        );
+    }
+
     fn managed_fields(manager: &str) -> Value {
         json!([{"manager": manager, "operation": "Apply", "apiVersion": "v1",
             "fieldsType": "FieldsV1", "fieldsV1": {"f:data": {"f:k": {}}}}])
@@ -1488,7 +1492,7 @@ mod tests {
             json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta,
             "data": {"k": "a large value"}}),
         );
-        trim_host_object(false, &mut cm);
+        trim_host_object(&types("ConfigMap"), false, &mut cm);
         let kept = to_value(&cm);
         assert_eq!(kept["metadata"]["labels"], meta["labels"]);
         assert_eq!(kept["metadata"]["annotations"], meta["annotations"]);
@@ -1500,7 +1504,7 @@ mod tests {
             json!({"apiVersion": "v1", "kind": "Service", "metadata": meta,
             "spec": {"clusterIP": "10.0.0.7"}, "status": {"loadBalancer": {}}}),
         );
-        trim_host_object(true, &mut svc);
+        trim_host_object(&types("Service"), true, &mut svc);
         let kept = to_value(&svc);
         assert_eq!(kept["spec"]["clusterIP"], "10.0.0.7", "cluster IPs flow up");
         assert_eq!(
@@ -1512,7 +1516,7 @@ mod tests {
         let mut pod = dynamic(json!({"apiVersion": "v1", "kind": "Pod", "metadata": meta,
             "spec": {"containers": [{"name": "a", "image": "x"}]},
             "status": {"phase": "Running"}}));
-        trim_host_object(false, &mut pod);
+        trim_host_object(&types("Pod"), false, &mut pod);
         let kept = to_value(&pod);
         assert_eq!(kept.get("spec"), None);
         assert_eq!(kept["status"]["phase"], "Running");
@@ -1525,7 +1529,7 @@ mod tests {
                 "metadata": {"name": "web", "namespace": "shop",
                     "managedFields": managed_fields(manager)},
                 "subsets": [{"addresses": [{"ip": "10.0.0.9"}]}]}));
-            trim_tenant_object(&mut e);
+            trim_tenant_object(&types("Endpoints"), &mut e);
             to_value(&e)
         };
         let theirs = endpoints("endpoint-controller");

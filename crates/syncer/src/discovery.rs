@@ -1,0 +1,322 @@
+//! Discovery of the kinds a Tenant's SyncPolicy syncs in the tenant control plane, one API
+//! group version at a time and only in the groups the policy names (every group for a `*`
+//! rule).
+//!
+//! A group version that does not answer (an aggregated API whose service is down, as
+//! metrics-server often is, or one that answers garbage) costs its own kinds and nothing else:
+//! it is reported as an [`UnavailableGroup`], which the Tenant controller turns into a condition
+//! message and a Deferred decision about the group's APIService, and looks at again sooner than
+//! the usual resync. Only a control plane whose group list (`/api`, `/apis`) cannot be read is
+//! unreachable.
+
+use kube::Client;
+use kube::core::{ApiResource, GroupVersion};
+use kube::discovery::{self, ApiCapabilities, Scope, verbs};
+use serde_json::json;
+use tenantplane_core::decision::{Decision, HostAction, Outcome, PolicyRef, Stamp, Subject};
+use tenantplane_core::{CompiledPolicy, MAPPING_VERSION};
+
+/// Kinds never synced through a wildcard rule: they describe the control plane itself.
+const WILDCARD_EXCLUDED: [(&str, &str); 5] = [
+    ("", "Event"),
+    ("events.k8s.io", "Event"),
+    ("coordination.k8s.io", "Lease"),
+    ("discovery.k8s.io", "EndpointSlice"),
+    ("apps", "ControllerRevision"),
+];
+
+/// The prefix of the ledger keys of discovery decisions.
+pub const LEDGER_PREFIX: &str = "discovery:";
+
+/// What discovery found of the kinds a policy syncs.
+#[derive(Debug, Default)]
+pub struct SyncedKinds {
+    /// Namespaced kinds that can be listed and watched and that the policy syncs, sorted by
+    /// (group, kind).
+    pub kinds: Vec<(ApiResource, ApiCapabilities)>,
+    /// Group versions the policy may sync from whose discovery failed.
+    pub unavailable: Vec<UnavailableGroup>,
+}
+
+/// A group version whose discovery failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnavailableGroup {
+    /// API group (`metrics.k8s.io`; empty for the core group).
+    pub group: String,
+    /// Version (`v1beta1`).
+    pub version: String,
+    /// What the control plane answered.
+    pub error: String,
+}
+
+impl UnavailableGroup {
+    /// `group/version` (`version` for the core group).
+    pub fn group_version(&self) -> String {
+        if self.group.is_empty() {
+            self.version.clone()
+        } else {
+            format!("{}/{}", self.group, self.version)
+        }
+    }
+
+    /// The APIService that serves the group version (`v1beta1.metrics.k8s.io`): every group
+    /// version a Kubernetes API server serves has one, and that of an aggregated API says why
+    /// it is unavailable.
+    pub fn api_service(&self) -> String {
+        if self.group.is_empty() {
+            self.version.clone()
+        } else {
+            format!("{}.{}", self.version, self.group)
+        }
+    }
+
+    /// The key of its decisions in the Tenant's ledger.
+    pub fn ledger_key(&self) -> String {
+        format!("{LEDGER_PREFIX}APIService/{}", self.api_service())
+    }
+
+    /// The Deferred decision that records it: the subject is its APIService in the tenant
+    /// control plane; nothing of the group is synced until its discovery answers.
+    pub fn decision(&self, tenant: &str, policy: &CompiledPolicy, stamp: Stamp) -> Decision {
+        Decision {
+            id: stamp.id,
+            time: stamp.time,
+            tenant: tenant.to_string(),
+            subject: Subject {
+                api_version: "apiregistration.k8s.io/v1".into(),
+                kind: "APIService".into(),
+                namespace: String::new(),
+                name: self.api_service(),
+                uid: String::new(),
+                resource_version: String::new(),
+            },
+            target: None,
+            outcome: Outcome::Deferred,
+            action: HostAction::None,
+            policy: Some(PolicyRef {
+                name: policy.name().to_string(),
+                revision: policy.revision().to_string(),
+                rule: None,
+            }),
+            profile: None,
+            reason: "APIGroupUnavailable".into(),
+            message: format!(
+                "the tenant control plane's discovery of {} failed, so none of its kinds is \
+                 synced until it answers (the other groups are): {}",
+                self.group_version(),
+                self.error
+            ),
+            field_path: None,
+            stripped_keys: Vec::new(),
+            input_digest: self.digest(),
+            mapping_version: MAPPING_VERSION.into(),
+            component: stamp.component,
+            component_version: stamp.component_version,
+            trace_id: stamp.trace_id,
+            span_id: stamp.span_id,
+        }
+    }
+
+    /// `sha256:` of what was observed (the group version and the error).
+    pub fn digest(&self) -> String {
+        tenantplane_core::planner::input_digest(
+            &json!({"groupVersion": self.group_version(), "error": self.error}),
+        )
+    }
+}
+
+/// Which API groups a set of wanted (group, kind) pairs needs: `None` for every group.
+fn wanted_groups(wanted: &[(String, String)]) -> Option<Vec<&str>> {
+    if wanted.iter().any(|(g, _)| g == "*") {
+        return None;
+    }
+    let mut groups: Vec<&str> = wanted.iter().map(|(g, _)| g.as_str()).collect();
+    groups.sort_unstable();
+    groups.dedup();
+    Some(groups)
+}
+
+/// Whether a discovered kind is one the wanted (group, kind) pairs sync.
+fn is_wanted(wanted: &[(String, String)], ar: &ApiResource) -> bool {
+    let exact = wanted.iter().any(|(g, k)| g == &ar.group && k == &ar.kind);
+    let wildcard = wanted.iter().any(|(g, k)| {
+        (g == "*" || g == &ar.group)
+            && (k == "*" || k == &ar.kind)
+            && !(g == &ar.group && k == &ar.kind)
+    }) && !WILDCARD_EXCLUDED.contains(&(ar.group.as_str(), ar.kind.as_str()));
+    exact || wildcard
+}
+
+/// Whether the syncer can watch a discovered resource: namespaced, listable and watchable, not
+/// a subresource.
+fn is_watchable(ar: &ApiResource, caps: &ApiCapabilities) -> bool {
+    caps.scope == Scope::Namespaced
+        && caps.supports_operation(verbs::WATCH)
+        && caps.supports_operation(verbs::LIST)
+        && !ar.plural.contains('/')
+}
+
+/// The versions of each API group the control plane serves, preferred version first: the core
+/// group from `/api`, the others from `/apis`. Failing to read these two is failing to reach
+/// the control plane.
+pub async fn served_groups(client: &Client) -> Result<Vec<(String, Vec<String>)>, kube::Error> {
+    let core = client.list_core_api_versions().await?;
+    let mut groups = vec![(String::new(), core.versions)];
+    for group in client.list_api_groups().await?.groups {
+        let preferred = group.preferred_version.map(|p| p.version);
+        let mut versions: Vec<String> = group.versions.into_iter().map(|v| v.version).collect();
+        if let Some(p) = preferred
+            && let Some(at) = versions.iter().position(|v| *v == p)
+        {
+            let v = versions.remove(at);
+            versions.insert(0, v);
+        }
+        groups.push((group.name, versions));
+    }
+    Ok(groups)
+}
+
+/// Every resource of one group version, or why its discovery failed.
+pub async fn group_version_resources(
+    client: &Client,
+    group: &str,
+    version: &str,
+) -> Result<Vec<(ApiResource, ApiCapabilities)>, UnavailableGroup> {
+    let gv = GroupVersion::gv(group, version);
+    match discovery::pinned_group(client, &gv).await {
+        Ok(found) => Ok(found.versioned_resources(version)),
+        Err(e) => Err(UnavailableGroup {
+            group: group.to_string(),
+            version: version.to_string(),
+            error: e.to_string(),
+        }),
+    }
+}
+
+/// Discovers the kinds `policy` syncs in the tenant control plane of `client`. Each kind is
+/// taken at the most preferred version of its group that serves it.
+pub async fn synced_kinds(
+    client: &Client,
+    policy: &CompiledPolicy,
+) -> Result<SyncedKinds, kube::Error> {
+    let wanted = policy.synced_kinds();
+    let groups = wanted_groups(&wanted);
+    let mut found = SyncedKinds::default();
+    for (group, versions) in served_groups(client).await? {
+        if groups
+            .as_ref()
+            .is_some_and(|g| !g.contains(&group.as_str()))
+        {
+            continue;
+        }
+        for version in versions {
+            let resources = match group_version_resources(client, &group, &version).await {
+                Ok(resources) => resources,
+                Err(unavailable) => {
+                    found.unavailable.push(unavailable);
+                    continue;
+                }
+            };
+            for (ar, caps) in resources {
+                if is_watchable(&ar, &caps)
+                    && is_wanted(&wanted, &ar)
+                    && !found
+                        .kinds
+                        .iter()
+                        .any(|(a, _)| a.group == ar.group && a.kind == ar.kind)
+                {
+                    found.kinds.push((ar, caps));
+                }
+            }
+        }
+    }
+    found
+        .kinds
+        .sort_by(|a, b| (&a.0.group, &a.0.kind).cmp(&(&b.0.group, &b.0.kind)));
+    Ok(found)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn wanted(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(g, k)| (g.to_string(), k.to_string()))
+            .collect()
+    }
+
+    fn ar(group: &str, kind: &str) -> ApiResource {
+        ApiResource {
+            group: group.into(),
+            version: "v1".into(),
+            api_version: if group.is_empty() {
+                "v1".into()
+            } else {
+                format!("{group}/v1")
+            },
+            kind: kind.into(),
+            plural: format!("{}s", kind.to_lowercase()),
+        }
+    }
+
+    #[test]
+    fn only_the_groups_a_policy_names_are_discovered() {
+        let named = wanted(&[("", "ConfigMap"), ("apps", "*"), ("", "Pod")]);
+        assert_eq!(wanted_groups(&named), Some(vec!["", "apps"]));
+        assert_eq!(wanted_groups(&wanted(&[("*", "Widget")])), None);
+    }
+
+    #[test]
+    fn a_wildcard_leaves_out_control_plane_bookkeeping_but_a_named_kind_does_not() {
+        let all = wanted(&[("*", "*")]);
+        assert!(is_wanted(&all, &ar("", "ConfigMap")));
+        assert!(!is_wanted(&all, &ar("coordination.k8s.io", "Lease")));
+        assert!(!is_wanted(&all, &ar("", "Event")));
+        let named = wanted(&[("coordination.k8s.io", "Lease")]);
+        assert!(is_wanted(&named, &ar("coordination.k8s.io", "Lease")));
+        assert!(!is_wanted(&named, &ar("", "ConfigMap")));
+    }
+
+    #[test]
+    fn an_unavailable_group_is_a_deferred_decision_about_its_api_service() {
+        let group = UnavailableGroup {
+            group: "metrics.k8s.io".into(),
+            version: "v1beta1".into(),
+            error: "ServiceUnavailable (503)".into(),
+        };
+        let d = group.decision(
+            "acme",
+            &CompiledPolicy::builtin_default(),
+            Stamp::now("tenantplane-syncer"),
+        );
+        assert_eq!(d.outcome, Outcome::Deferred);
+        assert_eq!(d.reason, "APIGroupUnavailable");
+        assert_eq!(d.subject.kind, "APIService");
+        assert_eq!(d.subject.name, "v1beta1.metrics.k8s.io");
+        assert!(
+            d.message.contains("metrics.k8s.io/v1beta1"),
+            "{}",
+            d.message
+        );
+        assert!(
+            d.message.contains("ServiceUnavailable (503)"),
+            "{}",
+            d.message
+        );
+        assert_eq!(
+            group.ledger_key(),
+            "discovery:APIService/v1beta1.metrics.k8s.io"
+        );
+        let again = UnavailableGroup {
+            error: "another answer".into(),
+            ..group.clone()
+        };
+        assert_ne!(
+            group.digest(),
+            again.digest(),
+            "a new answer is a new input"
+        );
+    }
+}
