@@ -206,6 +206,9 @@ impl CompiledPolicy {
 
     /// Evaluates the policy against a tenant object.
     pub fn evaluate(&self, object: &TenantObject) -> Verdict {
+        if is_control_plane_object(object) {
+            return self.control_plane_verdict(object);
+        }
         CEL_FUNCTIONS.with(|functions| {
             // The object is converted to CEL and bound once, on the first rule with conditions,
             // and shared by every later rule.
@@ -255,6 +258,25 @@ impl CompiledPolicy {
                 field_path: None,
             }
         })
+    }
+
+    /// The verdict on one of the tenant control plane's own objects, whatever the rules say.
+    fn control_plane_verdict(&self, object: &TenantObject) -> Verdict {
+        let id = &object.identity;
+        Verdict {
+            policy: self.name.clone(),
+            policy_revision: self.revision.clone(),
+            rule: None,
+            action: SyncAction::Skip,
+            reason: "TenantControlPlaneObject".into(),
+            message: format!(
+                "{} {}/{} belongs to the tenant control plane itself (its API server keeps it, \
+                 with the tenant's own cluster IP and endpoints), so it is never synced, \
+                 whatever the SyncPolicy says",
+                id.kind, id.namespace, id.name
+            ),
+            field_path: None,
+        }
     }
 
     fn verdict_of(&self, rule: &SyncRule) -> Verdict {
@@ -346,6 +368,24 @@ thread_local! {
     /// The CEL standard and Kubernetes function libraries, registered once per thread
     /// (a registry is not `Sync`, and building one per evaluation would dominate the cost).
     static CEL_FUNCTIONS: Context<'static> = Context::default().with_all();
+}
+
+/// The objects a Kubernetes API server keeps about itself in every cluster: the `kubernetes`
+/// Service in `default` through which pods reach the API, and its Endpoints and EndpointSlice.
+/// Synced to the host, the Service would get a host cluster IP, which would flow back up and
+/// replace the tenant's own.
+const CONTROL_PLANE_OBJECTS: [(&str, &str, &str, &str); 3] = [
+    ("", "Service", "default", "kubernetes"),
+    ("", "Endpoints", "default", "kubernetes"),
+    ("discovery.k8s.io", "EndpointSlice", "default", "kubernetes"),
+];
+
+/// Whether `object` is one of [`CONTROL_PLANE_OBJECTS`].
+pub fn is_control_plane_object(object: &TenantObject) -> bool {
+    let id = &object.identity;
+    CONTROL_PLANE_OBJECTS.iter().any(|(group, kind, namespace, name)| {
+        id.group() == *group && id.kind == *kind && id.namespace == *namespace && id.name == *name
+    })
 }
 
 fn matches_identity(m: &RuleMatch, object: &TenantObject) -> bool {

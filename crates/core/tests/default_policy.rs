@@ -93,6 +93,42 @@ fn node_port_and_load_balancer_services_are_rejected_cluster_ip_synced() {
     );
 }
 
+/// A real tenant control plane keeps `default/kubernetes` (Service, Endpoints, EndpointSlice)
+/// about itself. Synced, the Service got a host cluster IP that flowed back up and replaced the
+/// tenant's own; no policy, not even one that syncs every kind, may sync them.
+#[test]
+fn the_tenant_control_planes_own_api_service_is_never_synced() {
+    let object = |api_version: &str, kind: &str, namespace: &str, name: &str| {
+        TenantObject::from_value(json!({"apiVersion": api_version, "kind": kind,
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {"clusterIP": "10.96.0.1", "ports": [{"port": 443}]}}))
+        .unwrap()
+    };
+    let everything = CompiledPolicy::from_yaml(
+        "apiVersion: tenantplane.io/v1alpha1\nkind: SyncPolicy\nmetadata: {name: everything}\n\
+         spec:\n  rules:\n  - {name: all, action: Sync, reason: Everything}\n  \
+         default: {action: Skip, reason: Never}\n",
+    )
+    .unwrap();
+    for policy in [CompiledPolicy::builtin_default(), everything] {
+        for (api_version, kind) in [
+            ("v1", "Service"),
+            ("v1", "Endpoints"),
+            ("discovery.k8s.io/v1", "EndpointSlice"),
+        ] {
+            let v = policy.evaluate(&object(api_version, kind, "default", "kubernetes"));
+            assert_eq!(
+                (v.action, v.rule.as_deref(), v.reason.as_str()),
+                (SyncAction::Skip, None, "TenantControlPlaneObject"),
+                "{kind} under {}",
+                policy.name()
+            );
+        }
+        let v = policy.evaluate(&object("v1", "Service", "shop", "kubernetes"));
+        assert_eq!(v.action, SyncAction::Sync, "a tenant's own Service named kubernetes");
+    }
+}
+
 #[test]
 fn hardened_pods_sync_and_other_kinds_skip() {
     let policy = CompiledPolicy::builtin_default();
