@@ -25,6 +25,8 @@
 //! ```
 
 mod apply;
+mod cel_check;
+mod cel_cost;
 mod error;
 mod http;
 mod patch;
