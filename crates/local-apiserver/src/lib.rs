@@ -27,6 +27,8 @@
 mod apply;
 mod cel_check;
 mod cel_cost;
+mod crd_structural;
+mod crd_validation;
 mod error;
 mod http;
 mod patch;
