@@ -99,13 +99,21 @@ pub(crate) fn validate_structural(path: &Path, s: &Value) -> Vec<FieldError> {
 fn invariants(s: &Value, level: Level, path: &Path, errs: &mut Vec<FieldError>) {
     let ty = str_of(s, "type");
     if ty == "array" && s.get("items").is_none_or(Value::is_null) {
-        errs.push(FieldError::required(path.child("items"), "must be specified"));
+        errs.push(FieldError::required(
+            path.child("items"),
+            "must be specified",
+        ));
     }
     if let Some(items) = s.get("items").filter(|i| i.is_object()) {
         invariants(items, Level::Item, &path.child("items"), errs);
     }
     for (name, prop) in properties(s) {
-        invariants(prop, Level::Field, &path.child("properties").key(name), errs);
+        invariants(
+            prop,
+            Level::Field,
+            &path.child("properties").key(name),
+            errs,
+        );
     }
     if s.get("additionalProperties").is_some_and(|v| !v.is_null()) {
         if level == Level::Root {
@@ -115,7 +123,12 @@ fn invariants(s: &Value, level: Level, path: &Path, errs: &mut Vec<FieldError>) 
             ));
         }
         if let Some(schema) = s.get("additionalProperties").filter(|v| v.is_object()) {
-            invariants(schema, Level::Field, &path.child("additionalProperties"), errs);
+            invariants(
+                schema,
+                Level::Field,
+                &path.child("additionalProperties"),
+                errs,
+            );
         }
     }
     let int_or_string = flag(s, "x-kubernetes-int-or-string");
@@ -272,7 +285,13 @@ fn nested(v: &Value, skip_any_of: bool, level: Level, path: &Path, errs: &mut Ve
         nested(items, false, level, &path.child("items"), errs);
     }
     for (name, prop) in properties(v) {
-        nested(prop, false, Level::Field, &path.child("properties").key(name), errs);
+        nested(
+            prop,
+            false,
+            Level::Field,
+            &path.child("properties").key(name),
+            errs,
+        );
     }
     let forbidden = |errs: &mut Vec<FieldError>, key: &str, detail: &str| {
         errs.push(FieldError::forbidden(path.child(key), detail));
@@ -282,7 +301,11 @@ fn nested(v: &Value, skip_any_of: bool, level: Level, path: &Path, errs: &mut Ve
     }
     match v.get("additionalProperties") {
         Some(Value::Object(_) | Value::Bool(true)) => {
-            forbidden(errs, "additionalProperties", "must be undefined to be structural");
+            forbidden(
+                errs,
+                "additionalProperties",
+                "must be undefined to be structural",
+            );
         }
         _ => {}
     }
@@ -308,7 +331,11 @@ fn nested(v: &Value, skip_any_of: bool, level: Level, path: &Path, errs: &mut Ve
         }
     }
     if is_set(v, "x-kubernetes-list-map-keys") {
-        forbidden(errs, "x-kubernetes-list-map-keys", "must be empty to be structural");
+        forbidden(
+            errs,
+            "x-kubernetes-list-map-keys",
+            "must be empty to be structural",
+        );
     }
     for key in ["x-kubernetes-list-type", "x-kubernetes-map-type"] {
         if v.get(key).is_some_and(|x| !x.is_null()) {
@@ -316,10 +343,13 @@ fn nested(v: &Value, skip_any_of: bool, level: Level, path: &Path, errs: &mut Ve
         }
     }
     if is_set(v, "x-kubernetes-validations") {
-        forbidden(errs, "x-kubernetes-validations", "must be empty to be structural");
+        forbidden(
+            errs,
+            "x-kubernetes-validations",
+            "must be empty to be structural",
+        );
     }
-    if v
-        .get("properties")
+    if v.get("properties")
         .and_then(Value::as_object)
         .is_some_and(|p| p.contains_key("metadata"))
     {
@@ -352,7 +382,13 @@ fn junctors<'a>(v: &'a Value, path: &Path) -> Vec<(&'static str, &'a Value, Path
     out
 }
 
-fn nested_completeness(v: &Value, s: Option<&Value>, spath: &Path, vpath: &Path, errs: &mut Vec<FieldError>) {
+fn nested_completeness(
+    v: &Value,
+    s: Option<&Value>,
+    spath: &Path,
+    vpath: &Path,
+    errs: &mut Vec<FieldError>,
+) {
     let Some(s) = s else {
         errs.push(FieldError::required(
             spath.clone(),
@@ -384,7 +420,10 @@ fn nested_completeness(v: &Value, s: Option<&Value>, spath: &Path, vpath: &Path,
             ),
             None => errs.push(FieldError::required(
                 spath.child("properties").key(name),
-                &format!("because it is defined in {}", vpath.child("properties").key(name)),
+                &format!(
+                    "because it is defined in {}",
+                    vpath.child("properties").key(name)
+                ),
             )),
         }
     }

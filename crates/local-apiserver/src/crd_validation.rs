@@ -100,13 +100,25 @@ impl FieldError {
 
     /// `value` is rendered as Go renders a bad value (`"text"`, `true`, JSON).
     pub(crate) fn invalid(field: Path, value: &str, detail: &str) -> Self {
-        Self::new("FieldValueInvalid", field, "Invalid value", Some(value), detail)
+        Self::new(
+            "FieldValueInvalid",
+            field,
+            "Invalid value",
+            Some(value),
+            detail,
+        )
     }
 
     fn not_supported(field: Path, value: &str, supported: &[&str]) -> Self {
         let quoted: Vec<String> = supported.iter().map(|s| go_quote(s)).collect();
         let detail = format!("supported values: {}", quoted.join(", "));
-        Self::new("FieldValueNotSupported", field, "Unsupported value", Some(&go_quote(value)), &detail)
+        Self::new(
+            "FieldValueNotSupported",
+            field,
+            "Unsupported value",
+            Some(&go_quote(value)),
+            &detail,
+        )
     }
 
     fn internal(field: Path, detail: &str) -> Self {
@@ -209,8 +221,14 @@ fn crd_errors(crd: &Value, old: Option<&Value>) -> Vec<FieldError> {
     let spec_path = Path::root("spec");
     let spec = crd.get("spec").cloned().unwrap_or(Value::Null);
     let group = str_of(&spec, "group");
-    let plural = crd.pointer("/spec/names/plural").and_then(Value::as_str).unwrap_or("");
-    let name = crd.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("");
+    let plural = crd
+        .pointer("/spec/names/plural")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    let name = crd
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or("");
     if !name.is_empty() && name != format!("{plural}.{group}") {
         errs.push(FieldError::invalid(
             Path::root("metadata").child("name"),
@@ -253,7 +271,11 @@ fn crd_errors(crd: &Value, old: Option<&Value>) -> Vec<FieldError> {
     if let Schemas::TopLevel(None) = schemas {
         for (i, _) in versions.iter().enumerate() {
             errs.push(FieldError::required(
-                spec_path.child("versions").index(i).child("schema").child("openAPIV3Schema"),
+                spec_path
+                    .child("versions")
+                    .index(i)
+                    .child("schema")
+                    .child("openAPIV3Schema"),
                 "",
             ));
         }
@@ -298,10 +320,21 @@ fn crd_errors(crd: &Value, old: Option<&Value>) -> Vec<FieldError> {
         ));
     }
     if plural.is_empty() {
-        errs.push(FieldError::required(spec_path.child("names").child("plural"), ""));
+        errs.push(FieldError::required(
+            spec_path.child("names").child("plural"),
+            "",
+        ));
     }
-    if crd.pointer("/spec/names/kind").and_then(Value::as_str).unwrap_or("").is_empty() {
-        errs.push(FieldError::required(spec_path.child("names").child("kind"), ""));
+    if crd
+        .pointer("/spec/names/kind")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .is_empty()
+    {
+        errs.push(FieldError::required(
+            spec_path.child("names").child("kind"),
+            "",
+        ));
     }
     if let Schemas::TopLevel(Some(schema)) = schemas {
         let first = versions.first().map(|v| str_of(v, "name")).unwrap_or("");
@@ -487,7 +520,9 @@ fn max_elements(s: &Value) -> Option<u64> {
             .map(|v| u64::try_from(v).unwrap_or(0))
     };
     match str_of(s, "type") {
-        "object" if s.get("additionalProperties").is_some_and(|v| !v.is_null()) => bound("maxProperties"),
+        "object" if s.get("additionalProperties").is_some_and(|v| !v.is_null()) => {
+            bound("maxProperties")
+        }
         "array" => bound("maxItems"),
         _ => Some(1),
     }
@@ -532,7 +567,11 @@ impl Validator {
     fn validate(&self, s: &Value, path: &Path, errs: &mut Vec<FieldError>) {
         let ty = str_of(s, "type");
         if !ty.is_empty() && !OPENAPI_V3_TYPES.contains(&ty) {
-            errs.push(FieldError::not_supported(path.child("type"), ty, OPENAPI_V3_TYPES));
+            errs.push(FieldError::not_supported(
+                path.child("type"),
+                ty,
+                OPENAPI_V3_TYPES,
+            ));
         }
         if s.get("default").is_some_and(|d| !d.is_null()) && !self.allow_defaults {
             let mut detail = "must not be set".to_string();
@@ -552,7 +591,9 @@ impl Validator {
         ];
         for (key, detail) in unsupported {
             let set = match key {
-                "additionalItems" | "dependencies" | "$ref" => s.get(key).is_some_and(|v| !v.is_null()),
+                "additionalItems" | "dependencies" | "$ref" => {
+                    s.get(key).is_some_and(|v| !v.is_null())
+                }
                 _ => is_set(s, key),
             };
             if set {
@@ -565,7 +606,9 @@ impl Validator {
                 "type cannot be set to null, use nullable as an alternative",
             ));
         }
-        if s.get("items").is_some_and(|i| i.as_array().is_some_and(|a| !a.is_empty())) {
+        if s.get("items")
+            .is_some_and(|i| i.as_array().is_some_and(|a| !a.is_empty()))
+        {
             errs.push(FieldError::forbidden(
                 path.child("items"),
                 "items must be a schema object and not an array",
@@ -667,16 +710,46 @@ fn open_api_schema(
         );
     }
     if let Some(not) = s.get("not") {
-        open_api_schema(not, &path.child("not"), ssv, false, None, schema_errs, cel_errs);
+        open_api_schema(
+            not,
+            &path.child("not"),
+            ssv,
+            false,
+            None,
+            schema_errs,
+            cel_errs,
+        );
     }
     for key in ["allOf", "oneOf", "anyOf"] {
-        for (i, x) in s.get(key).and_then(Value::as_array).into_iter().flatten().enumerate() {
-            open_api_schema(x, &path.child(key).index(i), ssv, false, None, schema_errs, cel_errs);
+        for (i, x) in s
+            .get(key)
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .enumerate()
+        {
+            open_api_schema(
+                x,
+                &path.child(key).index(i),
+                ssv,
+                false,
+                None,
+                schema_errs,
+                cel_errs,
+            );
         }
     }
     if let Some(defs) = s.get("definitions").and_then(Value::as_object) {
         for (name, x) in defs {
-            open_api_schema(x, &path.child("definitions").key(name), ssv, false, None, schema_errs, cel_errs);
+            open_api_schema(
+                x,
+                &path.child("definitions").key(name),
+                ssv,
+                false,
+                None,
+                schema_errs,
+                cel_errs,
+            );
         }
     }
     let list_type = s.get("x-kubernetes-list-type").and_then(Value::as_str);
@@ -687,20 +760,53 @@ fn open_api_schema(
             ssv.clone()
         };
         if items.is_object() {
-            open_api_schema(items, &path.child("items"), &sub, false, child(&mut cel, s), schema_errs, cel_errs);
+            open_api_schema(
+                items,
+                &path.child("items"),
+                &sub,
+                false,
+                child(&mut cel, s),
+                schema_errs,
+                cel_errs,
+            );
         }
         for (i, x) in items.as_array().into_iter().flatten().enumerate() {
-            open_api_schema(x, &path.child("items").index(i), &sub, false, child(&mut cel, s), schema_errs, cel_errs);
+            open_api_schema(
+                x,
+                &path.child("items").index(i),
+                &sub,
+                false,
+                child(&mut cel, s),
+                schema_errs,
+                cel_errs,
+            );
         }
     }
     if let Some(deps) = s.get("dependencies").and_then(Value::as_object) {
         for (name, x) in deps {
-            open_api_schema(x, &path.child("dependencies").key(name), ssv, false, None, schema_errs, cel_errs);
+            open_api_schema(
+                x,
+                &path.child("dependencies").key(name),
+                ssv,
+                false,
+                None,
+                schema_errs,
+                cel_errs,
+            );
         }
     }
     extension_errors(s, path, schema_errs);
     if is_set(s, "x-kubernetes-validations") {
-        rule_errors(s, path, ssv, is_root, cel, schema_errs, schema_errs_before, cel_errs);
+        rule_errors(
+            s,
+            path,
+            ssv,
+            is_root,
+            cel,
+            schema_errs,
+            schema_errs_before,
+            cel_errs,
+        );
     }
 }
 
@@ -871,7 +977,10 @@ fn extension_errors(s: &Value, path: &Path, errs: &mut Vec<FieldError>) {
                 .map(|r| r.iter().filter_map(Value::as_str).collect())
                 .unwrap_or_default();
             for k in &keys {
-                let Some(p) = items.pointer(&format!("/properties/{}", k.replace('~', "~0").replace('/', "~1"))) else {
+                let Some(p) = items.pointer(&format!(
+                    "/properties/{}",
+                    k.replace('~', "~0").replace('/', "~1")
+                )) else {
                     continue;
                 };
                 let key_path = path.child("items").child("properties").key(k);
@@ -929,7 +1038,10 @@ fn rule_errors(
         let message_expression = str_of(rule, "messageExpression");
         let field_path = str_of(rule, "fieldPath");
         if text.trim().is_empty() {
-            schema_errs.push(FieldError::required(rp.child("rule"), "rule is not specified"));
+            schema_errs.push(FieldError::required(
+                rp.child("rule"),
+                "rule is not specified",
+            ));
         } else if !message.is_empty() && message.trim().is_empty() {
             schema_errs.push(FieldError::invalid(
                 rp.child("message"),
@@ -957,7 +1069,11 @@ fn rule_errors(
         if let Some(reason) = rule.get("reason").and_then(Value::as_str)
             && !SUPPORTED_REASONS.contains(&reason)
         {
-            schema_errs.push(FieldError::not_supported(rp.child("reason"), reason, SUPPORTED_REASONS));
+            schema_errs.push(FieldError::not_supported(
+                rp.child("reason"),
+                reason,
+                SUPPORTED_REASONS,
+            ));
         }
         if !field_path.is_empty() && field_path.trim().is_empty() {
             schema_errs.push(FieldError::invalid(
@@ -1022,7 +1138,11 @@ fn rule_errors(
                     CompileError::Issues(issues) => format!("compilation failed: {issues}"),
                     CompileError::Type => "cel expression must evaluate to a bool".to_string(),
                 };
-                cel_errs.push(FieldError::invalid(rp.child("rule"), &rule_json(rule), &detail));
+                cel_errs.push(FieldError::invalid(
+                    rp.child("rule"),
+                    &rule_json(rule),
+                    &detail,
+                ));
                 if let Some(o) = optional_old_self {
                     cel_errs.push(FieldError::invalid(
                         rp.child("optionalOldSelf"),
@@ -1035,20 +1155,33 @@ fn rule_errors(
         };
         let message_expression = str_of(rule, "messageExpression");
         if !message_expression.is_empty() {
-            match compile(message_expression, &decl, optional_old_self == Some(true), Ty::String) {
+            match compile(
+                message_expression,
+                &decl,
+                optional_old_self == Some(true),
+                Ty::String,
+            ) {
                 Err(e) => cel_errs.push(FieldError::invalid(
                     rp.child("messageExpression"),
                     &rule_json(rule),
                     &match e {
-                        CompileError::Issues(issues) => format!("messageExpression compilation failed: {issues}"),
-                        CompileError::Type => "messageExpression must evaluate to a string".to_string(),
+                        CompileError::Issues(issues) => {
+                            format!("messageExpression compilation failed: {issues}")
+                        }
+                        CompileError::Type => {
+                            "messageExpression must evaluate to a string".to_string()
+                        }
                     },
                 )),
                 Ok(m) => {
                     if !ctx.suppress_per_expression_cost && m.cost > STATIC_ESTIMATED_COST_LIMIT {
                         cel_errs.push(FieldError::forbidden(
                             rp.child("messageExpression"),
-                            &cost_error_message("estimated messageExpression cost", m.cost, STATIC_ESTIMATED_COST_LIMIT),
+                            &cost_error_message(
+                                "estimated messageExpression cost",
+                                m.cost,
+                                STATIC_ESTIMATED_COST_LIMIT,
+                            ),
                         ));
                     }
                     ctx.total.observe(rp.child("messageExpression"), m.cost);
@@ -1093,7 +1226,12 @@ enum CompileError {
 }
 
 /// Compiles one expression as kube-apiserver does.
-fn compile(text: &str, decl: &Arc<DeclType>, optional_old_self: bool, want: Ty) -> Result<Compiled, CompileError> {
+fn compile(
+    text: &str,
+    decl: &Arc<DeclType>,
+    optional_old_self: bool,
+    want: Ty,
+) -> Result<Compiled, CompileError> {
     let node = cel_check::parse(text).map_err(|e| CompileError::Issues(e.0))?;
     let (checked, ty) = cel_check::check(text, &node, &decl.cel_type(), optional_old_self)
         .map_err(|e| CompileError::Issues(e.0))?;
@@ -1139,8 +1277,14 @@ fn valid_field_path(path: &str, schema: &Value) -> bool {
     let mut it = tokens.into_iter();
     let step = |current: &Value, name: &str| -> Option<Value> {
         if current.get("properties").is_some_and(|p| !p.is_null()) {
-            current.pointer("/properties").and_then(|p| p.get(name)).cloned()
-        } else if current.get("additionalProperties").is_some_and(|a| !a.is_null()) {
+            current
+                .pointer("/properties")
+                .and_then(|p| p.get(name))
+                .cloned()
+        } else if current
+            .get("additionalProperties")
+            .is_some_and(|a| !a.is_null())
+        {
             Some(current["additionalProperties"].clone())
         } else {
             None
@@ -1149,14 +1293,18 @@ fn valid_field_path(path: &str, schema: &Value) -> bool {
     while let Some(tok) = it.next() {
         let name = match tok.as_str() {
             "[" => {
-                let Some(quoted) = it.next() else { return false };
+                let Some(quoted) = it.next() else {
+                    return false;
+                };
                 if quoted.len() < 2 || !quoted.starts_with('\'') || !quoted.ends_with('\'') {
                     return false;
                 }
                 if it.next().as_deref() != Some("]") {
                     return false;
                 }
-                quoted[1..quoted.len() - 1].replace("\\'", "'").replace("\\\\", "\\")
+                quoted[1..quoted.len() - 1]
+                    .replace("\\'", "'")
+                    .replace("\\\\", "\\")
             }
             "." => match it.next() {
                 Some(name) => name,
@@ -1366,7 +1514,10 @@ mod tests {
     }
 
     fn errors(schema: Value) -> Vec<String> {
-        crd_errors(&crd(schema), None).iter().map(ToString::to_string).collect()
+        crd_errors(&crd(schema), None)
+            .iter()
+            .map(ToString::to_string)
+            .collect()
     }
 
     fn spec(props: Value) -> Value {
@@ -1375,7 +1526,10 @@ mod tests {
 
     #[test]
     fn accepts_ordinary_schemas() {
-        assert_eq!(errors(json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true})), Vec::<String>::new());
+        assert_eq!(
+            errors(json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true})),
+            Vec::<String>::new()
+        );
         let s = spec(json!({
             "cidrs": {"type": "array", "maxItems": 64, "items": {"type": "string", "maxLength": 43},
                       "x-kubernetes-validations": [{"rule": "self.all(c, isCIDR(c))"}]},
@@ -1388,11 +1542,15 @@ mod tests {
 
     #[test]
     fn refuses_rules_over_budget_with_the_factor() {
-        let s = spec(json!({"cidrs": {"type": "array", "maxItems": 64, "items": {"type": "string"},
-                                      "x-kubernetes-validations": [{"rule": "self.all(c, isCIDR(c))"}]}}));
+        let s = spec(
+            json!({"cidrs": {"type": "array", "maxItems": 64, "items": {"type": "string"},
+                                      "x-kubernetes-validations": [{"rule": "self.all(c, isCIDR(c))"}]}}),
+        );
         assert_eq!(
             errors(s),
-            vec!["spec.validation.openAPIV3Schema.properties[spec].properties[cidrs].x-kubernetes-validations[0].rule: Forbidden: estimated rule cost exceeds budget by factor of 2.0x (try simplifying the rule, or adding maxItems, maxProperties, and maxLength where arrays, maps, and strings are declared)"]
+            vec![
+                "spec.validation.openAPIV3Schema.properties[spec].properties[cidrs].x-kubernetes-validations[0].rule: Forbidden: estimated rule cost exceeds budget by factor of 2.0x (try simplifying the rule, or adding maxItems, maxProperties, and maxLength where arrays, maps, and strings are declared)"
+            ]
         );
     }
 
@@ -1400,10 +1558,12 @@ mod tests {
     fn multiplies_by_the_cardinality_of_enclosing_lists() {
         // 100 items, each with 100 strings of up to 10000 characters (40000
         // bytes), each checked: 100 * 100 * (40000 * 0.1 + 1) = 40,010,000.
-        let s = spec(json!({"items": {"type": "array", "maxItems": 100, "items": {
+        let s = spec(
+            json!({"items": {"type": "array", "maxItems": 100, "items": {
             "type": "object", "properties": {"names": {"type": "array", "maxItems": 100,
                 "items": {"type": "string", "maxLength": 10000,
-                          "x-kubernetes-validations": [{"rule": "self.contains('x')"}]}}}}}}));
+                          "x-kubernetes-validations": [{"rule": "self.contains('x')"}]}}}}}}),
+        );
         let errs = errors(s);
         assert_eq!(errs.len(), 1, "{errs:?}");
         assert!(errs[0].contains("properties[names].items.x-kubernetes-validations[0].rule: Forbidden: estimated rule cost exceeds budget by factor of 4.0x"), "{errs:?}");
@@ -1413,29 +1573,41 @@ mod tests {
     fn refuses_non_structural_schemas() {
         assert_eq!(
             errors(spec(json!({"name": {"description": "no type"}}))),
-            vec!["spec.validation.openAPIV3Schema.properties[spec].properties[name].type: Required value: must not be empty for specified object fields"]
+            vec![
+                "spec.validation.openAPIV3Schema.properties[spec].properties[name].type: Required value: must not be empty for specified object fields"
+            ]
         );
-        let both = spec(json!({"labels": {"type": "object", "properties": {"a": {"type": "string"}},
-                                          "additionalProperties": {"type": "string"}}}));
+        let both = spec(
+            json!({"labels": {"type": "object", "properties": {"a": {"type": "string"}},
+                                          "additionalProperties": {"type": "string"}}}),
+        );
         assert_eq!(
             errors(both),
-            vec!["spec.validation.openAPIV3Schema.properties[spec].properties[labels].additionalProperties: Forbidden: additionalProperties and properties are mutual exclusive"]
+            vec![
+                "spec.validation.openAPIV3Schema.properties[spec].properties[labels].additionalProperties: Forbidden: additionalProperties and properties are mutual exclusive"
+            ]
         );
         let reference = spec(json!({"a": {"$ref": "#/definitions/x"}}));
         assert_eq!(
             errors(reference),
-            vec!["spec.validation.openAPIV3Schema.properties[spec].properties[a].$ref: Forbidden: $ref is not supported"]
+            vec![
+                "spec.validation.openAPIV3Schema.properties[spec].properties[a].$ref: Forbidden: $ref is not supported"
+            ]
         );
         let metadata = json!({"type": "object", "properties": {"metadata": {"type": "object", "properties": {"labels": {"type": "object"}}}}});
         assert_eq!(
             errors(metadata),
-            vec!["spec.validation.openAPIV3Schema.properties[metadata]: Forbidden: must not specify anything other than name and generateName, but metadata is implicitly specified"]
+            vec![
+                "spec.validation.openAPIV3Schema.properties[metadata]: Forbidden: must not specify anything other than name and generateName, but metadata is implicitly specified"
+            ]
         );
     }
 
     #[test]
     fn refuses_rules_that_do_not_compile() {
-        let s = spec(json!({"name": {"type": "string", "x-kubernetes-validations": [{"rule": "isCIDRX(self)"}]}}));
+        let s = spec(
+            json!({"name": {"type": "string", "x-kubernetes-validations": [{"rule": "isCIDRX(self)"}]}}),
+        );
         assert_eq!(
             errors(s),
             vec![concat!(
@@ -1444,17 +1616,23 @@ mod tests {
                 "compilation failed: ERROR: <input>:1:8: undeclared reference to 'isCIDRX' (in container '')\n | isCIDRX(self)\n | .......^"
             )]
         );
-        let not_bool = spec(json!({"name": {"type": "string", "x-kubernetes-validations": [{"rule": "self"}]}}));
+        let not_bool = spec(
+            json!({"name": {"type": "string", "x-kubernetes-validations": [{"rule": "self"}]}}),
+        );
         assert!(errors(not_bool)[0].ends_with("cel expression must evaluate to a bool"));
     }
 
     #[test]
     fn forbids_old_self_where_values_do_not_correlate() {
-        let s = spec(json!({"names": {"type": "array", "maxItems": 10, "items": {"type": "string", "maxLength": 10,
-            "x-kubernetes-validations": [{"rule": "self == oldSelf"}]}}}));
+        let s = spec(
+            json!({"names": {"type": "array", "maxItems": 10, "items": {"type": "string", "maxLength": 10,
+            "x-kubernetes-validations": [{"rule": "self == oldSelf"}]}}}),
+        );
         assert_eq!(
             errors(s),
-            vec!["spec.validation.openAPIV3Schema.properties[spec].properties[names].items.x-kubernetes-validations[0].rule: Invalid value: \"self == oldSelf\": oldSelf cannot be used on the uncorrelatable portion of the schema within spec.validation.openAPIV3Schema.properties[spec].properties[names]"]
+            vec![
+                "spec.validation.openAPIV3Schema.properties[spec].properties[names].items.x-kubernetes-validations[0].rule: Invalid value: \"self == oldSelf\": oldSelf cannot be used on the uncorrelatable portion of the schema within spec.validation.openAPIV3Schema.properties[spec].properties[names]"
+            ]
         );
     }
 
@@ -1465,8 +1643,16 @@ mod tests {
             {"name": "v1", "served": true, "storage": true, "schema": {"openAPIV3Schema": {"type": "object"}}},
             {"name": "v2", "served": true, "storage": false, "schema": {"openAPIV3Schema": {"type": "string"}}},
         ]);
-        let errs: Vec<String> = crd_errors(&c, None).iter().map(ToString::to_string).collect();
-        assert_eq!(errs, vec!["spec.versions[1].schema.openAPIV3Schema.type: Invalid value: \"string\": must be object at the root"]);
+        let errs: Vec<String> = crd_errors(&c, None)
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(
+            errs,
+            vec![
+                "spec.versions[1].schema.openAPIV3Schema.type: Invalid value: \"string\": must be object at the root"
+            ]
+        );
     }
 
     #[test]
@@ -1486,6 +1672,8 @@ mod tests {
     fn prints_factors_as_kubernetes() {
         assert!(cost_error_message("x", 20_132_930, 10_000_000).contains("factor of 2.0x"));
         assert!(cost_error_message("x", 10_065_930, 10_000_000).contains("factor of 1.006593x"));
-        assert!(cost_error_message("x", 2_000_000_000, 10_000_000).contains("factor of more than 100x"));
+        assert!(
+            cost_error_message("x", 2_000_000_000, 10_000_000).contains("factor of more than 100x")
+        );
     }
 }

@@ -512,7 +512,10 @@ async fn serve_resource(
             }
             let object = decode_body(headers, body)?;
             let created = store.create(&rt, &namespace, object, &write)?;
-            Ok(with_crd_warnings(ok(StatusCode::CREATED, &created), &created))
+            Ok(with_crd_warnings(
+                ok(StatusCode::CREATED, &created),
+                &created,
+            ))
         }
         (Method::PUT, Some(name)) => {
             let object = decode_body(headers, body)?;
@@ -547,7 +550,10 @@ async fn serve_resource(
             } else {
                 StatusCode::OK
             };
-            Ok(with_crd_warnings(ok(code, &patched.object), &patched.object))
+            Ok(with_crd_warnings(
+                ok(code, &patched.object),
+                &patched.object,
+            ))
         }
         (Method::DELETE, Some(name)) => {
             let options = delete_options(query, body)?;
