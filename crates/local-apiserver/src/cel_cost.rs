@@ -475,6 +475,9 @@ impl<'a> Coster<'a> {
         arg_costs: &[Estimate],
     ) -> (Estimate, Option<Estimate>) {
         let arg_sum = arg_costs.iter().fold(Estimate::default(), |s, c| s.add(*c));
+        if let Some((cost, size)) = self.extension_call_cost(overload, target, args) {
+            return (cost.add(arg_sum), size);
+        }
         if let Some((cost, size)) = self.library_call_cost(func, overload, target, args) {
             return (cost.add(arg_sum), size);
         }
@@ -622,6 +625,71 @@ impl<'a> Coster<'a> {
             _ => {}
         }
         (fixed(1).add(arg_sum), None)
+    }
+
+    /// The estimators cel-go's lists (version 3) and sets extensions register
+    /// for their overloads.
+    fn extension_call_cost(
+        &self,
+        overload: &str,
+        target: Option<&AstNode<'_>>,
+        args: &[AstNode<'_>],
+    ) -> Option<(Estimate, Option<Estimate>)> {
+        // estimateAllocatingListCall: the result size times the factor, plus
+        // the call and the list allocation.
+        let allocating = |factor: f64, size: Estimate| {
+            let cost = size
+                .multiply_by_cost_factor(factor)
+                .add(fixed(1))
+                .add(fixed(LIST_CREATE_BASE_COST));
+            Some((cost, Some(size)))
+        };
+        match overload {
+            "list_slice" if args.len() == 2 => {
+                let sz = self.size_estimate(target?);
+                let start = int_literal(&args[0], 0);
+                let end = int_literal(&args[1], sz.max);
+                allocating(1.0, fixed(end.wrapping_sub(start)))
+            }
+            "lists_range" if target.is_none() && args.len() == 1 => {
+                allocating(1.0, fixed(int_literal(&args[0], u64::MAX)))
+            }
+            "list_reverse" if args.is_empty() => allocating(1.0, self.size_estimate(target?)),
+            "list_flatten" | "list_flatten_int" if args.len() <= 1 => {
+                let depth = args.first().map_or(1, |a| int_literal(a, u64::MAX));
+                allocating(depth as f64, self.size_estimate(target?))
+            }
+            "list_distinct" if args.is_empty() => {
+                let sz = self.size_estimate(target?);
+                allocating(2.0, sz.multiply(sz))
+            }
+            "list_sort" if args.is_empty() => {
+                let t = target?;
+                let sz = self.size_estimate(t);
+                let elem = t.ty.parameters().into_iter().next();
+                let factor = match elem {
+                    Some(Ty::String | Ty::Bytes) => 2.0 + STRING_TRAVERSAL_COST_FACTOR,
+                    _ => 2.0,
+                };
+                allocating(factor, sz.multiply(sz))
+            }
+            "list_sets_contains_list"
+            | "list_sets_intersects_list"
+            | "list_sets_equivalent_list"
+                if args.len() == 2 =>
+            {
+                let factor = if overload == "list_sets_equivalent_list" {
+                    2.0
+                } else {
+                    1.0
+                };
+                let size = self
+                    .size_estimate(&args[0])
+                    .multiply(self.size_estimate(&args[1]));
+                Some((size.multiply_by_cost_factor(factor).add(fixed(1)), None))
+            }
+            _ => None,
+        }
     }
 
     /// Kubernetes `library.CostEstimator.EstimateCallCost`.
@@ -958,6 +1026,14 @@ fn list_element_node<'n>(list: &AstNode<'n>) -> Option<AstNode<'n>> {
     })
 }
 
+/// cel-go's `nodeAsIntValue`: an int literal (negative ones as 0), else `default`.
+fn int_literal(node: &AstNode<'_>, default: u64) -> u64 {
+    match node.expr.map(|e| &e.kind) {
+        Some(NodeKind::Lit(Lit::Int(i))) => u64::try_from(*i).unwrap_or(0),
+        _ => default,
+    }
+}
+
 /// Sizes known from the expression itself: literals and inline lists and maps.
 fn expr_size(e: &Node) -> Option<Estimate> {
     let v = match &e.kind {
@@ -991,9 +1067,9 @@ mod tests {
             .as_str()
             .expect("a rule");
         let root = schema_decl_type(schema, false, "selfType").expect("a CEL type");
-        let node = parse(rule).expect("parses");
-        let (checked, _) = check(rule, &node, &root.cel_type(), false).expect("checks");
-        estimate_cost(&node, &checked, &root).max
+        let parsed = parse(rule).expect("parses");
+        let (checked, _) = check(rule, &parsed, &root.cel_type(), false).expect("checks");
+        estimate_cost(&parsed.node, &checked, &root).max
     }
 
     fn with_rule(mut s: Value, rule: &str) -> Value {

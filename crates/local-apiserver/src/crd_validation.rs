@@ -408,7 +408,7 @@ fn validation_errors(
             {
                 errs.push(FieldError::invalid(
                     schema_path.clone(),
-                    &go_json(schema),
+                    &go_internal_schema(schema),
                     "only [Description Type Format Title Maximum ExclusiveMaximum Minimum ExclusiveMinimum MaxLength MinLength Pattern MaxItems MinItems UniqueItems MultipleOf Required Items Properties ExternalDocs Example XPreserveUnknownFields XValidations] fields are allowed at the root of the schema if the status subresource is enabled",
                 ));
             }
@@ -1232,14 +1232,14 @@ fn compile(
     optional_old_self: bool,
     want: Ty,
 ) -> Result<Compiled, CompileError> {
-    let node = cel_check::parse(text).map_err(|e| CompileError::Issues(e.0))?;
-    let (checked, ty) = cel_check::check(text, &node, &decl.cel_type(), optional_old_self)
+    let parsed = cel_check::parse(text).map_err(|e| CompileError::Issues(e.0))?;
+    let (checked, ty) = cel_check::check(text, &parsed, &decl.cel_type(), optional_old_self)
         .map_err(|e| CompileError::Issues(e.0))?;
     if ty != want {
         return Err(CompileError::Type);
     }
     Ok(Compiled {
-        cost: estimate_cost(&node, &checked, decl).max,
+        cost: estimate_cost(&parsed.node, &checked, decl).max,
         uses_old_self: checked.uses_old_self,
     })
 }
@@ -1380,6 +1380,199 @@ fn go_json(v: &Value) -> String {
         }
         other => other.to_string(),
     }
+}
+
+/// A number as Go's `encoding/json` writes a float64.
+fn go_number(v: &Value) -> String {
+    match v.as_f64() {
+        Some(f) if f.fract() == 0.0 && f.abs() < 1e21 => format!("{}", f as i64),
+        Some(f) => {
+            let text = format!("{f:e}");
+            if f.abs() >= 1e21 || f.abs() < 1e-6 {
+                text.replace('e', "e+").replace("e+-", "e-")
+            } else {
+                f.to_string()
+            }
+        }
+        None => v.to_string(),
+    }
+}
+
+/// A JSON value (a default, an example, an enum value) as Go re-encodes it.
+fn go_value(v: &Value) -> String {
+    match v {
+        Value::Number(_) => go_number(v),
+        Value::Array(a) => format!("[{}]", a.iter().map(go_value).collect::<Vec<_>>().join(",")),
+        Value::Object(o) => {
+            let mut keys: Vec<&String> = o.keys().collect();
+            keys.sort();
+            let fields: Vec<String> = keys
+                .iter()
+                .map(|k| format!("{}:{}", go_json_string(k), go_value(&o[*k])))
+                .collect();
+            format!("{{{}}}", fields.join(","))
+        }
+        other => go_json(other),
+    }
+}
+
+/// The internal `JSONSchemaProps` as Go's `json.Marshal` prints it: every
+/// field, by its Go name, in declaration order.
+fn go_internal_schema(s: &Value) -> String {
+    let string = |key: &str| go_json_string(str_of(s, key));
+    let boolean = |key: &str| flag(s, key).to_string();
+    let pointer = |key: &str| match s.get(key) {
+        None | Some(Value::Null) => "null".to_string(),
+        Some(v) => go_value(v),
+    };
+    let list = |key: &str| match s.get(key).and_then(Value::as_array) {
+        Some(a) if !a.is_empty() => go_value(&Value::Array(a.clone())),
+        _ => "null".to_string(),
+    };
+    let schemas = |key: &str| match s.get(key).and_then(Value::as_array) {
+        Some(a) if !a.is_empty() => {
+            format!(
+                "[{}]",
+                a.iter()
+                    .map(go_internal_schema)
+                    .collect::<Vec<_>>()
+                    .join(",")
+            )
+        }
+        _ => "null".to_string(),
+    };
+    let schema_map = |key: &str| match s.get(key).and_then(Value::as_object) {
+        Some(m) if !m.is_empty() => {
+            let mut keys: Vec<&String> = m.keys().collect();
+            keys.sort();
+            let fields: Vec<String> = keys
+                .iter()
+                .map(|k| format!("{}:{}", go_json_string(k), go_internal_schema(&m[*k])))
+                .collect();
+            format!("{{{}}}", fields.join(","))
+        }
+        _ => "null".to_string(),
+    };
+    let schema_or_bool = |key: &str| match s.get(key) {
+        Some(Value::Bool(b)) => format!("{{\"Allows\":{b},\"Schema\":null}}"),
+        Some(v @ Value::Object(_)) => {
+            format!("{{\"Allows\":true,\"Schema\":{}}}", go_internal_schema(v))
+        }
+        _ => "null".to_string(),
+    };
+    let items = match s.get("items") {
+        Some(v @ Value::Object(_)) => format!(
+            "{{\"Schema\":{},\"JSONSchemas\":null}}",
+            go_internal_schema(v)
+        ),
+        Some(Value::Array(a)) => format!(
+            "{{\"Schema\":null,\"JSONSchemas\":[{}]}}",
+            a.iter()
+                .map(go_internal_schema)
+                .collect::<Vec<_>>()
+                .join(",")
+        ),
+        _ => "null".to_string(),
+    };
+    let dependencies = match s.get("dependencies").and_then(Value::as_object) {
+        Some(m) if !m.is_empty() => {
+            let mut keys: Vec<&String> = m.keys().collect();
+            keys.sort();
+            let fields: Vec<String> = keys
+                .iter()
+                .map(|k| match &m[*k] {
+                    Value::Array(p) => format!(
+                        "{}:{{\"Schema\":null,\"Property\":{}}}",
+                        go_json_string(k),
+                        go_value(&Value::Array(p.clone()))
+                    ),
+                    v => format!(
+                        "{}:{{\"Schema\":{},\"Property\":null}}",
+                        go_json_string(k),
+                        go_internal_schema(v)
+                    ),
+                })
+                .collect();
+            format!("{{{}}}", fields.join(","))
+        }
+        _ => "null".to_string(),
+    };
+    let external_docs = match s.get("externalDocs") {
+        Some(d @ Value::Object(_)) => format!(
+            "{{\"Description\":{},\"URL\":{}}}",
+            go_json_string(str_of(d, "description")),
+            go_json_string(str_of(d, "url"))
+        ),
+        _ => "null".to_string(),
+    };
+    let validations = match s.get("x-kubernetes-validations").and_then(Value::as_array) {
+        Some(a) if !a.is_empty() => format!(
+            "[{}]",
+            a.iter().map(rule_json).collect::<Vec<_>>().join(",")
+        ),
+        _ => "null".to_string(),
+    };
+    let not = match s.get("not") {
+        Some(v @ Value::Object(_)) => go_internal_schema(v),
+        _ => "null".to_string(),
+    };
+    let fields = [
+        ("ID", string("id")),
+        ("Schema", string("$schema")),
+        ("Ref", pointer("$ref")),
+        ("Description", string("description")),
+        ("Type", string("type")),
+        ("Nullable", boolean("nullable")),
+        ("Format", string("format")),
+        ("Title", string("title")),
+        ("Default", pointer("default")),
+        ("Maximum", pointer("maximum")),
+        ("ExclusiveMaximum", boolean("exclusiveMaximum")),
+        ("Minimum", pointer("minimum")),
+        ("ExclusiveMinimum", boolean("exclusiveMinimum")),
+        ("MaxLength", pointer("maxLength")),
+        ("MinLength", pointer("minLength")),
+        ("Pattern", string("pattern")),
+        ("MaxItems", pointer("maxItems")),
+        ("MinItems", pointer("minItems")),
+        ("UniqueItems", boolean("uniqueItems")),
+        ("MultipleOf", pointer("multipleOf")),
+        ("Enum", list("enum")),
+        ("MaxProperties", pointer("maxProperties")),
+        ("MinProperties", pointer("minProperties")),
+        ("Required", list("required")),
+        ("Items", items),
+        ("AllOf", schemas("allOf")),
+        ("OneOf", schemas("oneOf")),
+        ("AnyOf", schemas("anyOf")),
+        ("Not", not),
+        ("Properties", schema_map("properties")),
+        (
+            "AdditionalProperties",
+            schema_or_bool("additionalProperties"),
+        ),
+        ("PatternProperties", schema_map("patternProperties")),
+        ("Dependencies", dependencies),
+        ("AdditionalItems", schema_or_bool("additionalItems")),
+        ("Definitions", schema_map("definitions")),
+        ("ExternalDocs", external_docs),
+        ("Example", pointer("example")),
+        (
+            "XPreserveUnknownFields",
+            pointer("x-kubernetes-preserve-unknown-fields"),
+        ),
+        (
+            "XEmbeddedResource",
+            boolean("x-kubernetes-embedded-resource"),
+        ),
+        ("XIntOrString", boolean("x-kubernetes-int-or-string")),
+        ("XListMapKeys", list("x-kubernetes-list-map-keys")),
+        ("XListType", pointer("x-kubernetes-list-type")),
+        ("XMapType", pointer("x-kubernetes-map-type")),
+        ("XValidations", validations),
+    ];
+    let body: Vec<String> = fields.iter().map(|(k, v)| format!("\"{k}\":{v}")).collect();
+    format!("{{{}}}", body.join(","))
 }
 
 // ---------------------------------------------------------------------------
