@@ -276,6 +276,117 @@ fn value_validation(
     if let Some(not) = s.get("not").filter(|v| v.is_object()) {
         nested(not, false, level, &path.child("not"), errs);
     }
+    let pattern = str_of(s, "pattern");
+    if !pattern.is_empty()
+        && let Err(problem) = regex_problem(pattern)
+    {
+        errs.push(FieldError::invalid(
+            path.child("pattern"),
+            &go_quote(pattern),
+            &format!(
+                "must be a valid regular expression, but isn't: error parsing regexp: {problem}"
+            ),
+        ));
+    }
+}
+
+/// Whether `pattern` compiles, and if not Go's `regexp` complaint for the
+/// common mistakes (unbalanced brackets and parentheses).
+fn regex_problem(pattern: &str) -> Result<(), String> {
+    if regex::Regex::new(pattern).is_ok() {
+        return Ok(());
+    }
+    let chars: Vec<char> = pattern.chars().collect();
+    let mut depth = 0usize;
+    let mut i = 0;
+    while i < chars.len() {
+        match chars[i] {
+            '\\' => i += 1,
+            '[' => {
+                let start = i;
+                i += 1;
+                if chars.get(i) == Some(&'^') {
+                    i += 1;
+                }
+                if chars.get(i) == Some(&']') {
+                    i += 1;
+                }
+                while i < chars.len() && chars[i] != ']' {
+                    if chars[i] == '\\' {
+                        i += 1;
+                    }
+                    i += 1;
+                }
+                if i >= chars.len() {
+                    let rest: String = chars[start..].iter().collect();
+                    return Err(format!("missing closing ]: `{rest}`"));
+                }
+            }
+            '(' => depth += 1,
+            ')' => {
+                if depth == 0 {
+                    return Err(format!("unexpected ): `{pattern}`"));
+                }
+                depth -= 1;
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    if depth > 0 {
+        return Err(format!("missing closing ): `{pattern}`"));
+    }
+    if let Some(first @ ('*' | '+' | '?')) = chars.first() {
+        return Err(format!(
+            "missing argument to repetition operator: `{first}`"
+        ));
+    }
+    Err(format!("invalid or unsupported syntax: `{pattern}`"))
+}
+
+/// The JSON type name kube-openapi's validator reports for a value.
+fn json_type(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "boolean",
+        Value::Number(n) if n.is_i64() || n.is_u64() => "integer",
+        Value::Number(n) if n.as_f64().is_some_and(|f| f.fract() == 0.0) => "integer",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    }
+}
+
+/// Defaults must be values of their node's type (the first check of
+/// kube-apiserver's `ValidateDefaults`; the rest of the schema is not applied
+/// to them here).
+pub(crate) fn default_errors(s: &Value, path: &Path, errs: &mut Vec<FieldError>) {
+    if let Some(default) = s.get("default").filter(|d| !d.is_null()) {
+        let actual = json_type(default);
+        let ty = str_of(s, "type");
+        let fits = match ty {
+            "" => true,
+            "number" => matches!(actual, "integer" | "number"),
+            t => t == actual,
+        };
+        if !fits {
+            errs.push(FieldError::type_invalid(
+                path.child("default"),
+                &go_quote(actual),
+                &format!(" in body must be of type {ty}: {}", go_quote(actual)),
+            ));
+        }
+    }
+    if let Some(items) = s.get("items").filter(|i| i.is_object()) {
+        default_errors(items, &path.child("items"), errs);
+    }
+    for (name, prop) in properties(s) {
+        default_errors(prop, &path.child("properties").key(name), errs);
+    }
+    if let Some(a) = s.get("additionalProperties").filter(|a| a.is_object()) {
+        default_errors(a, &path.child("additionalProperties"), errs);
+    }
 }
 
 /// A schema under `anyOf`/`allOf`/`oneOf`/`not`: value validations only.
@@ -299,15 +410,12 @@ fn nested(v: &Value, skip_any_of: bool, level: Level, path: &Path, errs: &mut Ve
     if is_set(v, "type") {
         forbidden(errs, "type", "must be empty to be structural");
     }
-    match v.get("additionalProperties") {
-        Some(Value::Object(_) | Value::Bool(true)) => {
-            forbidden(
-                errs,
-                "additionalProperties",
-                "must be undefined to be structural",
-            );
-        }
-        _ => {}
+    if let Some(Value::Object(_) | Value::Bool(true)) = v.get("additionalProperties") {
+        forbidden(
+            errs,
+            "additionalProperties",
+            "must be undefined to be structural",
+        );
     }
     if v.get("default").is_some_and(|d| !d.is_null()) {
         forbidden(errs, "default", "must be undefined to be structural");

@@ -28,7 +28,7 @@ use serde_json::Value;
 use crate::cel_check::{self, DeclType, Ty, schema_decl_type};
 use crate::cel_cost::estimate_cost;
 use crate::crd_structural::{
-    convertible, flag, go_quote, is_set, properties, str_of, validate_structural,
+    convertible, default_errors, flag, go_quote, is_set, properties, str_of, validate_structural,
 };
 use crate::error::{ApiError, Cause, Details};
 
@@ -102,6 +102,16 @@ impl FieldError {
     pub(crate) fn invalid(field: Path, value: &str, detail: &str) -> Self {
         Self::new(
             "FieldValueInvalid",
+            field,
+            "Invalid value",
+            Some(value),
+            detail,
+        )
+    }
+
+    pub(crate) fn type_invalid(field: Path, value: &str, detail: &str) -> Self {
+        Self::new(
+            "FieldValueTypeInvalid",
             field,
             "Invalid value",
             Some(value),
@@ -394,24 +404,22 @@ fn validation_errors(
         return errs;
     };
     let schema_path = path.child("openAPIV3Schema");
-    if status_enabled {
-        if let Some(fields) = schema.as_object() {
-            if is_set(schema, "type") && str_of(schema, "type") != "object" {
-                errs.push(FieldError::invalid(
-                    path.child("openAPIV3Schema.type"),
-                    &go_quote(str_of(schema, "type")),
-                    "only \"object\" is allowed as the type at the root of the schema if the status subresource is enabled",
-                ));
-            } else if fields
-                .keys()
-                .any(|k| !ALLOWED_AT_ROOT.contains(&k.as_str()) && is_set(schema, k))
-            {
-                errs.push(FieldError::invalid(
-                    schema_path.clone(),
-                    &go_internal_schema(schema),
-                    "only [Description Type Format Title Maximum ExclusiveMaximum Minimum ExclusiveMinimum MaxLength MinLength Pattern MaxItems MinItems UniqueItems MultipleOf Required Items Properties ExternalDocs Example XPreserveUnknownFields XValidations] fields are allowed at the root of the schema if the status subresource is enabled",
-                ));
-            }
+    if status_enabled && let Some(fields) = schema.as_object() {
+        if is_set(schema, "type") && str_of(schema, "type") != "object" {
+            errs.push(FieldError::invalid(
+                path.child("openAPIV3Schema.type"),
+                &go_quote(str_of(schema, "type")),
+                "only \"object\" is allowed as the type at the root of the schema if the status subresource is enabled",
+            ));
+        } else if fields
+            .keys()
+            .any(|k| !ALLOWED_AT_ROOT.contains(&k.as_str()) && is_set(schema, k))
+        {
+            errs.push(FieldError::invalid(
+                schema_path.clone(),
+                &go_internal_schema(schema),
+                "only [Description Type Format Title Maximum ExclusiveMaximum Minimum ExclusiveMinimum MaxLength MinLength Pattern MaxItems MinItems UniqueItems MultipleOf Required Items Properties ExternalDocs Example XPreserveUnknownFields XValidations] fields are allowed at the root of the schema if the status subresource is enabled",
+            ));
         }
     }
     if flag(schema, "nullable") {
@@ -422,7 +430,10 @@ fn validation_errors(
     }
     let mut cel = None;
     if convertible(schema) {
-        let structural = validate_structural(&schema_path, schema);
+        let mut structural = validate_structural(&schema_path, schema);
+        if structural.is_empty() {
+            default_errors(schema, &schema_path, &mut structural);
+        }
         if structural.is_empty() {
             cel = Some(CelContext {
                 total: TotalCost::default(),
@@ -501,7 +512,7 @@ impl TotalCost {
             return;
         }
         self.most_expensive.push((path, cost));
-        self.most_expensive.sort_by(|a, b| b.1.cmp(&a.1));
+        self.most_expensive.sort_by_key(|r| std::cmp::Reverse(r.1));
         self.most_expensive.truncate(4);
     }
 }
@@ -863,18 +874,19 @@ fn extension_errors(s: &Value, path: &Path, errs: &mut Vec<FieldError>) {
                     ));
                 }
             }
-            "object" => {
-                if items.get("x-kubernetes-map-type").and_then(Value::as_str) != Some("atomic") {
-                    let value = items
-                        .get("x-kubernetes-list-type")
-                        .and_then(Value::as_str)
-                        .map_or("null".to_string(), go_quote);
-                    errs.push(FieldError::invalid(
-                        path.child("items").child("x-kubernetes-map-type"),
-                        &value,
-                        "must be atomic as item of a list with x-kubernetes-list-type=set",
-                    ));
-                }
+            "object"
+                if items.get("x-kubernetes-map-type").and_then(Value::as_str) != Some("atomic") =>
+            {
+                // kube-apiserver shows the items' list type here.
+                let value = items
+                    .get("x-kubernetes-list-type")
+                    .and_then(Value::as_str)
+                    .map_or("null".to_string(), go_quote);
+                errs.push(FieldError::invalid(
+                    path.child("items").child("x-kubernetes-map-type"),
+                    &value,
+                    "must be atomic as item of a list with x-kubernetes-list-type=set",
+                ));
             }
             _ => {}
         }
