@@ -1549,8 +1549,10 @@ fn join(a: &Ty, b: &Ty) -> Option<Ty> {
         }
         (Ty::Optional(x), Ty::Optional(y)) => Some(Ty::Optional(Box::new(join(x, y)?))),
         (Ty::Type(_), Ty::Type(_)) => Some(Ty::Type(Box::new(Ty::Dyn))),
-        (Ty::Null, t @ (Ty::Object(_) | Ty::Timestamp | Ty::Duration))
-        | (t @ (Ty::Object(_) | Ty::Timestamp | Ty::Duration), Ty::Null) => Some(t.clone()),
+        (Ty::Null, t @ (Ty::Object(_) | Ty::Timestamp | Ty::Duration | Ty::Optional(_)))
+        | (t @ (Ty::Object(_) | Ty::Timestamp | Ty::Duration | Ty::Optional(_)), Ty::Null) => {
+            Some(t.clone())
+        }
         (Ty::Null, t) | (t, Ty::Null) if t.kind() == Kind::Struct => Some(t.clone()),
         (x, y) if x == y => Some(x.clone()),
         _ => None,
@@ -2083,6 +2085,14 @@ mod tests {
         );
         assert!(matches!(
             compile("sets.contains(self.cidrs, ['a'])", schema.clone()),
+            Ok(Ty::Bool)
+        ));
+        // null compares with optionals (gateway-api's `format...validate(self) == null`).
+        assert!(matches!(
+            compile(
+                "format.dns1123Label().validate(self.cidrs[0]) == null",
+                schema.clone()
+            ),
             Ok(Ty::Bool)
         ));
         assert!(matches!(
