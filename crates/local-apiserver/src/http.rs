@@ -22,7 +22,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use crate::error::{ApiError, ApiResult};
 use crate::patch::PatchKind;
 use crate::requests::RecordedRequest;
-use crate::resources::ResourceType;
+use crate::resources::{CRD_GROUP, CRD_PLURAL, ResourceType};
 use crate::selectors::{FieldSelector, LabelSelector};
 use crate::store::{
     Change, DeleteOptions, EventType, ListOptions, ListPage, Propagation, Store, WriteOptions,
@@ -441,6 +441,23 @@ async fn serve_resource(
         dry_run: query.get("dryRun").is_some_and(|v| v == "All"),
         force: flag(query, "force"),
     };
+    // A CRD write answers with warnings for the unrecognized formats it introduces.
+    let crd_write = rt.group == CRD_GROUP && rt.plural == CRD_PLURAL && !status_only;
+    let old_crd = match (crd_write, method.clone(), target.name.as_deref()) {
+        (true, Method::PUT | Method::PATCH, Some(name)) => store.get(&rt, "", name).ok(),
+        _ => None,
+    };
+    let with_crd_warnings = |mut response: Response, new: &Value| {
+        if crd_write {
+            for text in crate::crd_validation::warnings(new, old_crd.as_ref()) {
+                let escaped = text.replace('\\', "\\\\").replace('"', "\\\"");
+                if let Ok(value) = HeaderValue::from_str(&format!("299 - \"{escaped}\"")) {
+                    response.headers_mut().append(header::WARNING, value);
+                }
+            }
+        }
+        response
+    };
     let ok = |code: StatusCode, value: &Value| {
         let mut response = json_response(code, value);
         if let Some(warning) = not_enforced_warning(&rt)
@@ -495,12 +512,15 @@ async fn serve_resource(
             }
             let object = decode_body(headers, body)?;
             let created = store.create(&rt, &namespace, object, &write)?;
-            Ok(ok(StatusCode::CREATED, &created))
+            Ok(with_crd_warnings(
+                ok(StatusCode::CREATED, &created),
+                &created,
+            ))
         }
         (Method::PUT, Some(name)) => {
             let object = decode_body(headers, body)?;
             let updated = store.update(&rt, &namespace, name, object, status_only, &write)?;
-            Ok(ok(StatusCode::OK, &updated))
+            Ok(with_crd_warnings(ok(StatusCode::OK, &updated), &updated))
         }
         (Method::PATCH, Some(name)) => {
             let content_type = headers
@@ -530,7 +550,10 @@ async fn serve_resource(
             } else {
                 StatusCode::OK
             };
-            Ok(ok(code, &patched.object))
+            Ok(with_crd_warnings(
+                ok(code, &patched.object),
+                &patched.object,
+            ))
         }
         (Method::DELETE, Some(name)) => {
             let options = delete_options(query, body)?;

@@ -25,6 +25,10 @@
 //! ```
 
 mod apply;
+mod cel_check;
+mod cel_cost;
+mod crd_structural;
+mod crd_validation;
 mod error;
 mod http;
 mod patch;

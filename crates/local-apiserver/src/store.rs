@@ -973,6 +973,7 @@ impl Store {
                 Self::fold_string_data(body);
             }
             (CRD_GROUP, "CustomResourceDefinition") => {
+                crate::crd_validation::validate(body, None)?;
                 let mut registry = state.registry.clone();
                 registry.register_crd(body).map_err(|message| {
                     ApiError::invalid(
@@ -1360,6 +1361,7 @@ impl Store {
             meta_mut(&mut new).insert("generation".into(), json!(generation + 1));
         }
         if rt.group == CRD_GROUP && rt.plural == CRD_PLURAL && !status_only {
+            crate::crd_validation::validate(&new, Some(old))?;
             let mut registry = state.registry.clone();
             registry.register_crd(&new).map_err(|message| {
                 ApiError::invalid(CRD_GROUP, &rt.kind, name, "spec", &message)
