@@ -189,6 +189,103 @@ pub struct Env {
     pub decision_log: Option<String>,
     /// Suffix making names unique to this run (shared real clusters).
     pub run: String,
+    /// What this test made in real clusters, removed when the Env is dropped.
+    made: std::sync::Mutex<Made>,
+}
+
+/// The Tenants and tenant namespaces a test made. A local server vanishes with its test; in a
+/// real cluster they would stay, and every later test's syncer would serve those Tenants and sync
+/// those namespaces (a Tenant syncs every namespace of its control plane).
+#[derive(Debug, Default, Clone)]
+struct Made {
+    tenants: Vec<String>,
+    tenant_namespaces: Vec<String>,
+}
+
+impl Drop for Env {
+    /// Removes from real clusters what the test made: its Tenants first, while the syncer (on the
+    /// test runtime's other worker) still runs to clean up their host objects, then the tenant
+    /// namespaces. Runs on a thread of its own, with clients of its own, since the test's runtime
+    /// is being torn down around it.
+    fn drop(&mut self) {
+        let made = std::mem::take(&mut *self.made.lock().expect("made lock"));
+        let host = self.host.is_real().then(|| self.host.kubeconfig.clone());
+        let tenant_cp = self
+            .tenant_cp
+            .is_real()
+            .then(|| self.tenant_cp.kubeconfig.clone());
+        if host.is_none() && tenant_cp.is_none() {
+            return;
+        }
+        let cleanup = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("a runtime for the cleanup");
+            runtime.block_on(clean_up(host, tenant_cp, made))
+        });
+        if let Ok(Err(e)) = cleanup.join() {
+            eprintln!("cleaning up the real clusters after the test: {e:#}");
+        }
+    }
+}
+
+/// See [`Env`]'s `Drop`.
+async fn clean_up(
+    host: Option<String>,
+    tenant_cp: Option<String>,
+    made: Made,
+) -> anyhow::Result<()> {
+    if let Some(kubeconfig) = host {
+        let client = tenantplane_syncer::host_client(Some(&kubeconfig)).await?;
+        let tenants: Api<DynamicObject> = Api::all_with(
+            client.clone(),
+            &resource("tenantplane.io/v1alpha1", "Tenant"),
+        );
+        for tenant in &made.tenants {
+            delete(&client, "tenantplane.io/v1alpha1", "Tenant", None, tenant).await?;
+            // The syncer removes its finalizer once the host objects are gone.
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+            while tenants.get_opt(tenant).await?.is_some() {
+                if tokio::time::Instant::now() > deadline {
+                    // No syncer left to clean up (the test stopped it): do what it would have.
+                    let patch = json!({"metadata": {"finalizers": null}});
+                    tenants
+                        .patch(
+                            tenant,
+                            &kube::api::PatchParams::default(),
+                            &kube::api::Patch::Merge(patch),
+                        )
+                        .await?;
+                    delete(
+                        &client,
+                        "v1",
+                        "Namespace",
+                        None,
+                        &format!("tenant-{tenant}"),
+                    )
+                    .await?;
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            delete(
+                &client,
+                "v1",
+                "Secret",
+                Some(SYSTEM_NAMESPACE),
+                &format!("{tenant}-kubeconfig"),
+            )
+            .await?;
+        }
+    }
+    if let Some(kubeconfig) = tenant_cp {
+        let client = tenantplane_syncer::host_client(Some(&kubeconfig)).await?;
+        for namespace in &made.tenant_namespaces {
+            delete(&client, "v1", "Namespace", None, namespace).await?;
+        }
+    }
+    Ok(())
 }
 
 /// How long to wait for convergence.
@@ -255,6 +352,7 @@ impl Env {
             syncer: None,
             decision_log,
             run,
+            made: Default::default(),
         };
         env.start_syncer().await?;
         Ok(env)
@@ -323,6 +421,7 @@ impl Env {
                    "metadata": {"name": name}, "spec": spec}),
         )
         .await?;
+        self.made_tenant(&name);
         let host = self.host.client.clone();
         let ns = format!("tenant-{name}");
         eventually("the host namespace", || {
@@ -340,10 +439,25 @@ impl Env {
         Ok(name)
     }
 
+    /// Notes a Tenant the test creates itself, to be removed from a real host cluster with the
+    /// others when the Env is dropped.
+    pub fn made_tenant(&self, name: &str) {
+        self.made
+            .lock()
+            .expect("made lock")
+            .tenants
+            .push(name.to_string());
+    }
+
     /// Creates a namespace in the tenant control plane (unique per run) and returns its name.
     pub async fn tenant_namespace(&self, base: &str) -> anyhow::Result<String> {
         let name = self.name(base);
         ensure_namespace(&self.tenant_cp.client, &name).await?;
+        self.made
+            .lock()
+            .expect("made lock")
+            .tenant_namespaces
+            .push(name.clone());
         Ok(name)
     }
 

@@ -319,27 +319,17 @@ async fn assert_crds_install(client: &Client, path: &str, expected: Outcome) -> 
     answers
 }
 
+/// The project's own CRDs, as committed, install as a real kube-apiserver installs them: every
+/// CEL rule within the cost budget (a rule over it once made the real server refuse the
+/// IsolationProfile CRD), and no format the server does not know (it warns of those).
 #[tokio::test]
-async fn the_project_crds_as_committed_are_refused_as_a_real_server_refuses_them() {
+async fn the_project_crds_install_without_warnings() {
     let target = Target::start().await;
     let path = concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/../../deploy/crds/tenantplane.io.yaml"
     );
-    // FLIP to `Outcome::Installed` (and drop the checks below) once crates/api
-    // bounds the CEL rules of its CRDs: a real kube-apiserver refuses them today.
-    let answers = assert_crds_install(&target.client, path, Outcome::Refused).await;
-    let refused: Vec<&Answer> = answers.iter().filter(|a| a.code == 422).collect();
-    assert!(
-        refused
-            .iter()
-            .any(|a| a.causes().iter().any(|(field, message)| {
-                field.ends_with("properties[allowedEgressCidrs].x-kubernetes-validations[0].rule")
-                    && message.starts_with(
-                        "Forbidden: estimated rule cost exceeds budget by factor of 2.0x",
-                    )
-            })),
-        "{:#?}",
-        refused.iter().map(|a| &a.body).collect::<Vec<_>>()
-    );
+    let answers = assert_crds_install(&target.client, path, Outcome::Installed).await;
+    let warnings: Vec<&String> = answers.iter().flat_map(|a| &a.warnings).collect();
+    assert!(warnings.is_empty(), "{warnings:#?}");
 }
