@@ -383,9 +383,14 @@ const CONTROL_PLANE_OBJECTS: [(&str, &str, &str, &str); 3] = [
 /// Whether `object` is one of [`CONTROL_PLANE_OBJECTS`].
 pub fn is_control_plane_object(object: &TenantObject) -> bool {
     let id = &object.identity;
-    CONTROL_PLANE_OBJECTS.iter().any(|(group, kind, namespace, name)| {
-        id.group() == *group && id.kind == *kind && id.namespace == *namespace && id.name == *name
-    })
+    CONTROL_PLANE_OBJECTS
+        .iter()
+        .any(|(group, kind, namespace, name)| {
+            id.group() == *group
+                && id.kind == *kind
+                && id.namespace == *namespace
+                && id.name == *name
+        })
 }
 
 fn matches_identity(m: &RuleMatch, object: &TenantObject) -> bool {

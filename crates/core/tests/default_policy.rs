@@ -125,7 +125,11 @@ fn the_tenant_control_planes_own_api_service_is_never_synced() {
             );
         }
         let v = policy.evaluate(&object("v1", "Service", "shop", "kubernetes"));
-        assert_eq!(v.action, SyncAction::Sync, "a tenant's own Service named kubernetes");
+        assert_eq!(
+            v.action,
+            SyncAction::Sync,
+            "a tenant's own Service named kubernetes"
+        );
     }
 }
 
