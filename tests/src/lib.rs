@@ -87,10 +87,11 @@ pub struct Service {
     kind: ServiceKind,
 }
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 enum ServiceKind {
     Planner,
-    Isolation,
+    /// The isolation compiler, with the username the syncer acts as.
+    Isolation(String),
 }
 
 impl Service {
@@ -100,7 +101,7 @@ impl Service {
         let (tx, rx) = oneshot::channel::<()>();
         let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
         let router = tonic::transport::Server::builder();
-        let task = match kind {
+        let task = match &kind {
             ServiceKind::Planner => {
                 let mut router = router;
                 let svc = tenantplane_grpc::PlannerService::new().into_server();
@@ -113,10 +114,12 @@ impl Service {
                         .await;
                 })
             }
-            ServiceKind::Isolation => {
+            ServiceKind::Isolation(syncer_username) => {
                 let mut router = router;
                 let svc = tenantplane_grpc::IsolationService::new(
-                    tenantplane_isolation::CompileOptions::default(),
+                    tenantplane_isolation::CompileOptions {
+                        syncer_username: syncer_username.clone(),
+                    },
                 )
                 .into_server();
                 tokio::spawn(async move {
@@ -158,7 +161,7 @@ impl Service {
         self.stop().await;
         let mut last = None;
         for _ in 0..50 {
-            match Service::start(self.kind, self.addr).await {
+            match Service::start(self.kind.clone(), self.addr).await {
                 Ok(s) => {
                     *self = s;
                     return Ok(());
@@ -200,6 +203,9 @@ pub struct Env {
 struct Made {
     tenants: Vec<String>,
     tenant_namespaces: Vec<String>,
+    /// APIServices in the tenant control plane (one left unavailable would keep its namespace
+    /// deletions from finishing).
+    tenant_api_services: Vec<String>,
 }
 
 impl Drop for Env {
@@ -281,6 +287,16 @@ async fn clean_up(
     }
     if let Some(kubeconfig) = tenant_cp {
         let client = tenantplane_syncer::host_client(Some(&kubeconfig)).await?;
+        for name in &made.tenant_api_services {
+            delete(
+                &client,
+                "apiregistration.k8s.io/v1",
+                "APIService",
+                None,
+                name,
+            )
+            .await?;
+        }
         for namespace in &made.tenant_namespaces {
             delete(&client, "v1", "Namespace", None, namespace).await?;
         }
@@ -341,7 +357,12 @@ impl Env {
         ensure_namespace(&host.client, SYSTEM_NAMESPACE).await?;
         let loopback: SocketAddr = "127.0.0.1:0".parse()?;
         let planner = Service::start(ServiceKind::Planner, loopback).await?;
-        let isolation = Service::start(ServiceKind::Isolation, loopback).await?;
+        // The syncer runs in this process with the host kubeconfig's credentials: the
+        // compiled admission policies must name that user as the syncer.
+        let syncer_username = tenantplane_syncer::authenticated_username(&host.client)
+            .await?
+            .unwrap_or_else(|| tenantplane_isolation::DEFAULT_SYNCER_USERNAME.to_string());
+        let isolation = Service::start(ServiceKind::Isolation(syncer_username), loopback).await?;
         let id = uuid::Uuid::now_v7().simple().to_string();
         let run = id[id.len() - 6..].to_string();
         let mut env = Env {
@@ -399,6 +420,16 @@ impl Env {
     /// Creates a Tenant served by the tenant control plane, with a profile when given; returns
     /// its name. Waits until its host namespace exists.
     pub async fn create_tenant(&self, base: &str, profile: Option<&str>) -> anyhow::Result<String> {
+        let spec = match profile {
+            Some(p) => json!({"isolationProfileRef": p}),
+            None => json!({}),
+        };
+        self.create_tenant_with(base, spec).await
+    }
+
+    /// Like [`create_tenant`](Self::create_tenant), with `spec` (say, a `syncPolicyRef`) added to
+    /// the Tenant's spec.
+    pub async fn create_tenant_with(&self, base: &str, spec: Value) -> anyhow::Result<String> {
         let name = self.name(base);
         let secret: Secret = serde_json::from_value(json!({
             "apiVersion": "v1", "kind": "Secret",
@@ -408,13 +439,9 @@ impl Env {
         Api::<Secret>::namespaced(self.host.client.clone(), SYSTEM_NAMESPACE)
             .create(&PostParams::default(), &secret)
             .await?;
-        let mut spec = json!({
-            "controlPlane": {"kubeconfigSecret": {
-                "namespace": SYSTEM_NAMESPACE, "name": format!("{name}-kubeconfig"), "key": "config"}},
-        });
-        if let Some(p) = profile {
-            spec["isolationProfileRef"] = json!(p);
-        }
+        let mut spec = spec;
+        spec["controlPlane"] = json!({"kubeconfigSecret": {
+            "namespace": SYSTEM_NAMESPACE, "name": format!("{name}-kubeconfig"), "key": "config"}});
         create(
             &self.host.client,
             json!({"apiVersion": "tenantplane.io/v1alpha1", "kind": "Tenant",
@@ -446,6 +473,16 @@ impl Env {
             .lock()
             .expect("made lock")
             .tenants
+            .push(name.to_string());
+    }
+
+    /// Notes an APIService the test creates in the tenant control plane, to be removed from a
+    /// real one when the Env is dropped.
+    pub fn made_tenant_api_service(&self, name: &str) {
+        self.made
+            .lock()
+            .expect("made lock")
+            .tenant_api_services
             .push(name.to_string());
     }
 

@@ -233,6 +233,14 @@ async fn references_follow_the_mapping() {
     let t = env.create_tenant("refs", None).await.unwrap();
     let ns = env.tenant_namespace("shop").await.unwrap();
     let c = &env.tenant_cp.client;
+    // A real API server refuses a pod whose ServiceAccount does not exist.
+    create(
+        c,
+        json!({"apiVersion": "v1", "kind": "ServiceAccount",
+            "metadata": {"name": "builder", "namespace": ns}}),
+    )
+    .await
+    .unwrap();
     create(
         c,
         pod(
@@ -1283,4 +1291,80 @@ async fn a_lagging_host_watch_leads_to_exactly_one_create_and_one_delete_decisio
         "{decisions:?}"
     );
     let _ = std::fs::remove_file(&path);
+}
+
+/// An aggregated API of the tenant control plane that does not answer (its APIService names a
+/// Service nobody serves, as with a metrics-server that is down) costs its own kinds and nothing
+/// else: a Tenant whose policy does not sync its group never looks at it, and one whose policy
+/// does records a Deferred decision about the APIService and says so in its condition, while
+/// everything else syncs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unavailable_api_group_costs_its_own_kinds_only() {
+    let env = Env::start().await.unwrap();
+    let group = format!("m{}.example.com", env.run);
+    let api_service = format!("v1beta1.{group}");
+    env.made_tenant_api_service(&api_service);
+    create(
+        &env.tenant_cp.client,
+        json!({"apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService",
+            "metadata": {"name": api_service},
+            "spec": {"group": group, "version": "v1beta1", "groupPriorityMinimum": 100,
+                "versionPriority": 100, "insecureSkipTLSVerify": true,
+                "service": {"namespace": "default", "name": "nobody-serves-this", "port": 443}}}),
+    )
+    .await
+    .unwrap();
+    let policy = env.name("everything");
+    create(&env.host.client, json!({"apiVersion": "tenantplane.io/v1alpha1", "kind": "SyncPolicy",
+        "metadata": {"name": policy},
+        "spec": {"rules": [{"name": "configs", "match": {"groups": ["", &group], "kinds": ["ConfigMap", "*"]},
+                            "action": "Sync", "reason": "Configs"}],
+                 "default": {"action": "Skip", "reason": "NotSyncedByPolicy"}}}))
+        .await
+        .unwrap();
+    let usual = env.create_tenant("usual", None).await.unwrap();
+    let wide = env
+        .create_tenant_with("wide", json!({"syncPolicyRef": policy}))
+        .await
+        .unwrap();
+    let ns = env.tenant_namespace("metrics").await.unwrap();
+    create(
+        &env.tenant_cp.client,
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "cfg", "namespace": ns}, "data": {"k": "v"}}),
+    )
+    .await
+    .unwrap();
+    for t in [&usual, &wide] {
+        host_object(&env, t, "v1", "ConfigMap", &format!("cfg-x-{ns}"), |_| true).await;
+    }
+    let reachable = |status: &Value| {
+        status["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|c| c["type"] == "ControlPlaneReachable")
+            .cloned()
+            .unwrap_or(Value::Null)
+    };
+    let condition = eventually("the wide Tenant's condition names the group", || async {
+        let c = reachable(&tenant_status(&env, &wide).await);
+        (c["reason"] == "APIGroupsUnavailable").then_some(c)
+    })
+    .await;
+    assert_eq!(condition["status"], "True", "{condition}");
+    assert!(
+        condition["message"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("{group}/v1beta1")),
+        "{condition}"
+    );
+    count_at_least(&env, &wide, "deferred", 1).await;
+    assert_eq!(
+        reachable(&tenant_status(&env, &usual).await)["reason"],
+        "Reached",
+        "a policy that does not sync the group never discovers it"
+    );
+    assert_eq!(tenant_status(&env, &usual).await["counts"]["deferred"], 0);
 }

@@ -690,9 +690,14 @@ pub async fn connect(kubeconfig: &str, context: Option<&str>) -> anyhow::Result<
         context: context.map(str::to_string),
         ..Default::default()
     };
-    let config = kube::Config::from_custom_kubeconfig(kc, &options)
+    let mut config = kube::Config::from_custom_kubeconfig(kc, &options)
         .await
         .context("loading the kubeconfig")?;
+    // No transparent retries: kube retries a 503 up to 15 times, minutes apart at the end, which
+    // stalled a Tenant's reconcile on the discovery of one unavailable aggregated API. The syncer
+    // retries on its own terms (watch backoff, Deferred and Failed decisions retried with backoff,
+    // a quicker reconcile while a group is unavailable).
+    config.default_retry = false;
     let client = Client::try_from(config).context("building a client")?;
     client
         .apiserver_version()

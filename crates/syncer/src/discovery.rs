@@ -25,6 +25,10 @@ const WILDCARD_EXCLUDED: [(&str, &str); 5] = [
     ("apps", "ControllerRevision"),
 ];
 
+/// How long the discovery of one group version may take: an aggregated API whose service
+/// accepts connections but never answers must not hold up the others.
+const GROUP_PATIENCE: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// The prefix of the ledger keys of discovery decisions.
 pub const LEDGER_PREFIX: &str = "discovery:";
 
@@ -183,13 +187,18 @@ pub async fn group_version_resources(
     version: &str,
 ) -> Result<Vec<(ApiResource, ApiCapabilities)>, UnavailableGroup> {
     let gv = GroupVersion::gv(group, version);
-    match discovery::pinned_group(client, &gv).await {
-        Ok(found) => Ok(found.versioned_resources(version)),
-        Err(e) => Err(UnavailableGroup {
-            group: group.to_string(),
-            version: version.to_string(),
-            error: e.to_string(),
-        }),
+    let unavailable = |error: String| UnavailableGroup {
+        group: group.to_string(),
+        version: version.to_string(),
+        error,
+    };
+    match tokio::time::timeout(GROUP_PATIENCE, discovery::pinned_group(client, &gv)).await {
+        Ok(Ok(found)) => Ok(found.versioned_resources(version)),
+        Ok(Err(e)) => Err(unavailable(e.to_string())),
+        Err(_) => Err(unavailable(format!(
+            "no answer within {} s",
+            GROUP_PATIENCE.as_secs()
+        ))),
     }
 }
 

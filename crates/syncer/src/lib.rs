@@ -118,6 +118,29 @@ pub async fn host_client(kubeconfig: Option<&str>) -> anyhow::Result<kube::Clien
     }
 }
 
+/// The username a cluster authenticates `client` as (a SelfSubjectReview), `None` when the
+/// server does not answer such reviews (a server without authentication). The isolation
+/// compiler's admission policies let only the syncer's username change tenantplane-managed
+/// host objects: whoever runs the syncer with their own credentials gives it this name.
+pub async fn authenticated_username(client: &kube::Client) -> anyhow::Result<Option<String>> {
+    use k8s_openapi::api::authentication::v1::SelfSubjectReview;
+    let reviews: kube::Api<SelfSubjectReview> = kube::Api::all(client.clone());
+    match reviews
+        .create(
+            &kube::api::PostParams::default(),
+            &SelfSubjectReview::default(),
+        )
+        .await
+    {
+        Ok(review) => Ok(review
+            .status
+            .and_then(|s| s.user_info)
+            .and_then(|u| u.username)),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(None),
+        Err(e) => Err(anyhow::Error::from(e).context("asking the cluster who this client is")),
+    }
+}
+
 /// A syncer connected to its host cluster, ready to run.
 #[derive(Debug)]
 pub struct Syncer {
