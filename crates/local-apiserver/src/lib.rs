@@ -26,7 +26,9 @@
 
 mod apply;
 mod error;
+mod events;
 mod http;
+mod names;
 mod patch;
 mod requests;
 mod resources;
