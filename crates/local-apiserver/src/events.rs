@@ -76,6 +76,58 @@ fn time(value: Option<&Value>, micro: bool) -> Value {
     }
 }
 
+/// Go's `RFC3339Micro` layout, the only one `metav1.MicroTime` decodes.
+const MICRO_TIME_LAYOUT: &str = "2006-01-02T15:04:05.000000Z07:00";
+
+/// Whether a string decodes as a `metav1.MicroTime`: exactly six fractional
+/// digits, then `Z` or a `±hh:mm` offset.
+fn is_micro_time(text: &str) -> bool {
+    let bytes = text.as_bytes();
+    let digits = |range: std::ops::Range<usize>| {
+        bytes
+            .get(range)
+            .is_some_and(|b| b.iter().all(u8::is_ascii_digit))
+    };
+    let at = |i: usize, c: u8| bytes.get(i) == Some(&c);
+    let zone = match bytes.get(26) {
+        Some(b'Z') => bytes.len() == 27,
+        Some(b'+' | b'-') => bytes.len() == 32 && digits(27..29) && at(29, b':') && digits(30..32),
+        _ => false,
+    };
+    digits(0..4)
+        && at(4, b'-')
+        && digits(5..7)
+        && at(7, b'-')
+        && digits(8..10)
+        && at(10, b'T')
+        && digits(11..13)
+        && at(13, b':')
+        && digits(14..16)
+        && at(16, b':')
+        && digits(17..19)
+        && at(19, b'.')
+        && digits(20..26)
+        && zone
+        && chrono::DateTime::parse_from_rfc3339(text).is_ok()
+}
+
+/// Refuses, as the API server's decoder does (400), an Event whose
+/// `eventTime` or `series.lastObservedTime` is not in the `MicroTime`
+/// layout.
+pub fn check_micro_times(rt: &ResourceType, object: &Value) -> ApiResult<()> {
+    for pointer in ["/eventTime", "/series/lastObservedTime"] {
+        if let Some(Value::String(text)) = object.pointer(pointer)
+            && !is_micro_time(text)
+        {
+            return Err(ApiError::bad_request(format!(
+                "Event in version \"{}\" cannot be handled as a Event: parsing time \"{text}\" as \"{MICRO_TIME_LAYOUT}\"",
+                rt.version
+            )));
+        }
+    }
+    Ok(())
+}
+
 fn is_zero_time(value: Option<&Value>) -> bool {
     time(value, true).is_null()
 }
@@ -606,6 +658,15 @@ mod tests {
         expected["deprecatedFirstTimestamp"] = Value::Null;
         expected["deprecatedLastTimestamp"] = Value::Null;
         assert_eq!(to_events_api(&core), expected);
+    }
+
+    #[test]
+    fn micro_times_have_six_fractional_digits() {
+        assert!(is_micro_time("2024-01-02T03:04:05.123456Z"));
+        assert!(is_micro_time("2024-01-02T03:04:05.123456+01:00"));
+        assert!(!is_micro_time("2024-01-02T03:04:05Z"));
+        assert!(!is_micro_time("2024-01-02T03:04:05.1234567Z"));
+        assert!(!is_micro_time("2024-13-02T03:04:05.123456Z"));
     }
 
     #[test]

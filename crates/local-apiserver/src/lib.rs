@@ -30,6 +30,7 @@ mod events;
 mod http;
 mod names;
 mod patch;
+mod pods;
 mod requests;
 mod resources;
 mod selectors;

@@ -793,13 +793,20 @@ impl Store {
             meta.remove(server_owned);
         }
         let name_causes = crate::names::create_causes(rt, &name, generate_name.as_deref());
-        let causes = if crate::events::is_event(rt) {
-            crate::events::create_causes(rt, &body, name_causes)
-        } else {
-            name_causes
-        };
-        if !causes.is_empty() {
-            return Err(ApiError::invalid_causes(&rt.group, &rt.kind, &name, causes));
+        if crate::events::is_event(rt) {
+            crate::events::check_micro_times(rt, &body)?;
+            let causes = crate::events::create_causes(rt, &body, name_causes);
+            if !causes.is_empty() {
+                // Both APIs validate the internal (core) Event.
+                return Err(ApiError::invalid_causes("", &rt.kind, &name, causes));
+            }
+        } else if !name_causes.is_empty() {
+            return Err(ApiError::invalid_causes(
+                &rt.group,
+                &rt.kind,
+                &name,
+                name_causes,
+            ));
         }
         let key = rt.storage_key();
         let ns_key = if rt.namespaced { namespace } else { "" };
@@ -1329,11 +1336,18 @@ impl Store {
                 status_only,
             );
         }
+        if !status_only && !rt.custom && rt.group.is_empty() && rt.kind == "Pod" {
+            let causes = crate::pods::update_causes(old, &new);
+            if !causes.is_empty() {
+                return Err(ApiError::invalid_causes("", &rt.kind, name, causes));
+            }
+        }
         if crate::events::is_event(rt) {
+            crate::events::check_micro_times(rt, &new)?;
             new = Self::served(rt, new);
             let causes = crate::events::update_causes(rt, &new, old);
             if !causes.is_empty() {
-                return Err(ApiError::invalid_causes(&rt.group, &rt.kind, name, causes));
+                return Err(ApiError::invalid_causes("", &rt.kind, name, causes));
             }
         }
         if comparable(&new) == comparable(old) {
