@@ -278,7 +278,14 @@ async fn kubectl_delete_namespace_waits_until_it_is_gone() {
         &["apply", "--server-side", "-f", "-"],
         Some(&config_map_yaml(&ns, "a")),
     );
-    succeed(&target, cache, &["delete", "namespace", &ns], None);
+    // Bounded: an API server without a namespace controller never finishes
+    // the deletion, and kubectl would wait for ever.
+    succeed(
+        &target,
+        cache,
+        &["delete", "namespace", &ns, "--timeout=60s"],
+        None,
+    );
     let gone = run(&target, cache, &["get", "namespace", &ns], None);
     assert!(
         !gone.status.success(),
