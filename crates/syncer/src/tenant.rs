@@ -26,7 +26,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use futures::StreamExt;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams, Preconditions};
-use kube::core::ApiResource;
+use kube::core::{ApiResource, TypeMeta};
 use kube::discovery::{ApiCapabilities, Discovery, Scope, verbs};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -356,10 +356,18 @@ pub async fn start(
 
     for (index, tenant_api, tenant_writer, host_api, host_writer) in watch_streams {
         let w = worker.clone();
+        let types = TypeMeta {
+            api_version: w.kinds[index].ar.api_version.clone(),
+            kind: w.kinds[index].ar.kind.clone(),
+        };
+        let host_types = types.clone();
         tasks.push(tokio::spawn(async move {
             let mut events = watcher(tenant_api, watcher::Config::default())
                 .default_backoff()
-                .modify(trim_tenant_object)
+                .modify(move |obj| {
+                    typed(obj, &types);
+                    trim_tenant_object(obj);
+                })
                 .reflect(tenant_writer)
                 .touched_objects()
                 .boxed();
@@ -395,7 +403,10 @@ pub async fn start(
         tasks.push(tokio::spawn(async move {
             let mut events = watcher(host_api, watcher::Config::default())
                 .default_backoff()
-                .modify(move |obj| trim_host_object(service, obj))
+                .modify(move |obj| {
+                    typed(obj, &host_types);
+                    trim_host_object(service, obj);
+                })
                 .reflect(host_writer)
                 .touched_objects()
                 .boxed();
@@ -475,6 +486,15 @@ fn kube_call_span(
 
 fn to_value(obj: &DynamicObject) -> Value {
     serde_json::to_value(obj).expect("a DynamicObject always serializes")
+}
+
+/// Listed objects come without apiVersion and kind: a real API server's list of a built-in kind
+/// says them once, on the list (watch events and GETs carry them). The stores keep them on
+/// every object, as decisions read them.
+fn typed(obj: &mut DynamicObject, types: &TypeMeta) {
+    if obj.types.is_none() {
+        obj.types = Some(types.clone());
+    }
 }
 
 /// A tenant object as its store keeps it: everything but the field sets of its managedFields
