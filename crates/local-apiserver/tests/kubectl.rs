@@ -183,7 +183,18 @@ async fn kubectl_get_watch_streams_changes() {
     let mut watch = kubectl_command(
         &target,
         cache,
-        &["get", "configmaps", "-n", &ns, "-w", "-o", "name"],
+        // The label leaves out the kube-root-ca.crt a real cluster publishes.
+        &[
+            "get",
+            "configmaps",
+            "-n",
+            &ns,
+            "-l",
+            "app=demo",
+            "-w",
+            "-o",
+            "name",
+        ],
     )
     .stdout(Stdio::piped())
     .stderr(Stdio::null())
