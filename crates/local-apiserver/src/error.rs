@@ -17,6 +17,39 @@ pub struct Cause {
     pub field: String,
 }
 
+impl Cause {
+    /// `field.Invalid`: `Invalid value: "VALUE": DETAIL`.
+    pub fn invalid(field: &str, value: &str, detail: &str) -> Self {
+        Self {
+            reason: "FieldValueInvalid".to_string(),
+            message: format!("Invalid value: {value:?}: {detail}"),
+            field: field.to_string(),
+        }
+    }
+
+    /// `field.Invalid` with a value that is not a string, rendered as JSON.
+    pub fn invalid_json(field: &str, value: &Value, detail: &str) -> Self {
+        Self {
+            reason: "FieldValueInvalid".to_string(),
+            message: format!("Invalid value: {value}: {detail}"),
+            field: field.to_string(),
+        }
+    }
+
+    /// `field.Required`: `Required value` and the detail, if any.
+    pub fn required(field: &str, detail: &str) -> Self {
+        Self {
+            reason: "FieldValueRequired".to_string(),
+            message: if detail.is_empty() {
+                "Required value".to_string()
+            } else {
+                format!("Required value: {detail}")
+            },
+            field: field.to_string(),
+        }
+    }
+}
+
 /// A failed API call: rendered as a `Status` with `status: Failure`.
 #[derive(Debug, Clone, thiserror::Error)]
 #[error("{reason}: {message}")]
@@ -164,20 +197,59 @@ impl ApiError {
         )
     }
 
-    /// 422 Invalid with one field cause.
+    /// 422 Invalid with one field cause; the cause's reason follows the
+    /// message (`Required value...` is `FieldValueRequired`, and so on).
     pub fn invalid(group: &str, kind: &str, name: &str, field: &str, message: &str) -> Self {
-        let mut err = Self::new(
-            422,
-            "Invalid",
-            format!("{kind} \"{name}\" is invalid: {field}: {message}"),
-        )
-        .with_details(group, kind, name);
-        if let Some(details) = err.details.as_mut() {
-            details.causes.push(Cause {
-                reason: "FieldValueInvalid".to_string(),
+        let reason = [
+            ("Required value", "FieldValueRequired"),
+            ("Forbidden", "FieldValueForbidden"),
+            ("Unsupported value", "FieldValueNotSupported"),
+            ("Duplicate value", "FieldValueDuplicate"),
+            ("Too long", "FieldValueTooLong"),
+        ]
+        .iter()
+        .find(|(prefix, _)| message.starts_with(prefix))
+        .map_or("FieldValueInvalid", |(_, reason)| reason);
+        Self::invalid_causes(
+            group,
+            kind,
+            name,
+            vec![Cause {
+                reason: reason.to_string(),
                 message: message.to_string(),
                 field: field.to_string(),
-            });
+            }],
+        )
+    }
+
+    /// 422 Invalid as `NewInvalid` renders a field error list: the message
+    /// names the kind qualified by its group (`Event.events.k8s.io "x" is
+    /// invalid: ...`) and lists `field: message` (in brackets when there are
+    /// several distinct ones); one cause per error.
+    pub fn invalid_causes(group: &str, kind: &str, name: &str, causes: Vec<Cause>) -> Self {
+        let qualified_kind = if group.is_empty() {
+            kind.to_string()
+        } else {
+            format!("{kind}.{group}")
+        };
+        let mut listed: Vec<String> = Vec::new();
+        for cause in &causes {
+            let line = format!("{}: {}", cause.field, cause.message);
+            if !listed.contains(&line) {
+                listed.push(line);
+            }
+        }
+        let message = match listed.as_slice() {
+            [] => format!("{qualified_kind} \"{name}\" is invalid"),
+            [one] => format!("{qualified_kind} \"{name}\" is invalid: {one}"),
+            many => format!(
+                "{qualified_kind} \"{name}\" is invalid: [{}]",
+                many.join(", ")
+            ),
+        };
+        let mut err = Self::new(422, "Invalid", message).with_details(group, kind, name);
+        if let Some(details) = err.details.as_mut() {
+            details.causes = causes;
         }
         err
     }

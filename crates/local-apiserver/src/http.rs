@@ -267,7 +267,10 @@ fn list_options(query: &HashMap<String, String>, rt: &ResourceType) -> ApiResult
     Ok(ListOptions {
         labels: LabelSelector::parse(query.get("labelSelector").map_or("", String::as_str))?,
         fields: FieldSelector::parse(
-            query.get("fieldSelector").map_or("", String::as_str),
+            &crate::events::field_selector(
+                rt,
+                query.get("fieldSelector").map_or("", String::as_str),
+            )?,
             &rt.kind,
         )?,
         limit: match query.get("limit") {
@@ -357,6 +360,19 @@ fn delete_options(query: &HashMap<String, String>, body: &Bytes) -> ApiResult<De
         precondition_resource_version: precondition("resourceVersion"),
         dry_run,
     })
+}
+
+/// A list item as real servers encode it: built-in kinds are typed lists
+/// whose items carry no `apiVersion` or `kind` (the list says them once);
+/// custom resources are unstructured and keep theirs.
+fn list_item(rt: &ResourceType, mut object: Value) -> Value {
+    if !rt.custom
+        && let Value::Object(fields) = &mut object
+    {
+        fields.remove("apiVersion");
+        fields.remove("kind");
+    }
+    object
 }
 
 fn list_response(rt: &ResourceType, page: ListPage) -> Value {
@@ -494,6 +510,7 @@ async fn serve_resource(
                 list["apiVersion"] = json!("meta.k8s.io/v1");
                 return Ok(ok(StatusCode::OK, &list));
             }
+            page.items = page.items.into_iter().map(|o| list_item(&rt, o)).collect();
             Ok(ok(StatusCode::OK, &list_response(&rt, page)))
         }
         (Method::GET, Some(name)) => {
@@ -565,8 +582,9 @@ async fn serve_resource(
         (Method::DELETE, None) => {
             let options = delete_options(query, body)?;
             let list = list_options(query, &rt)?;
-            let page =
+            let mut page =
                 store.delete_collection(&rt, target.namespace.as_deref(), &list, &options)?;
+            page.items = page.items.into_iter().map(|o| list_item(&rt, o)).collect();
             Ok(ok(StatusCode::OK, &list_response(&rt, page)))
         }
         (method, _) => Err(ApiError::method_not_allowed(format!(
@@ -633,7 +651,7 @@ impl WatchFilter {
                 .get_or_init(|| line(event.as_str(), &change.object));
             return Some(encoded.clone());
         }
-        let mut object = change.object.clone();
+        let mut object = crate::events::view(&self.rt, change.object.clone());
         object["apiVersion"] = json!(api_version);
         object["kind"] = json!(self.rt.kind);
         if self.metadata_only {

@@ -201,7 +201,7 @@ fn merge_list(field: &str, original: &[Value], patch: &[Value]) -> ApiResult<Val
                 items.push(item.clone());
             }
         }
-        return Ok(Value::Array(items));
+        return Ok(Value::Array(element_order(items, patch, original, None)));
     }
     let patch_objects: Vec<&Value> = patch.iter().collect();
     let all_objects = patch.iter().all(Value::is_object);
@@ -230,7 +230,55 @@ fn merge_list(field: &str, original: &[Value], patch: &[Value]) -> ApiResult<Val
             (None, None) => {}
         }
     }
-    Ok(Value::Array(items))
+    Ok(Value::Array(element_order(
+        items,
+        patch,
+        original,
+        Some(key),
+    )))
+}
+
+/// The order of a merged list, as the API server's `normalizeElementOrder`
+/// sets it: the items the patch names, in patch order, merged with the
+/// items only the server had, in their original order; a server-only item
+/// goes first only when both it and the next patch item were in the
+/// original and it came first there. (So a new item named alone lands
+/// before the existing ones.)
+fn element_order(
+    merged: Vec<Value>,
+    patch: &[Value],
+    original: &[Value],
+    key: Option<&str>,
+) -> Vec<Value> {
+    let id = |item: &Value| -> Option<Value> {
+        match key {
+            Some(key) => item.get(key).cloned(),
+            None => Some(item.clone()),
+        }
+    };
+    let patch_ids: Vec<Value> = patch.iter().filter_map(id).collect();
+    let server_order: Vec<Value> = original.iter().filter_map(id).collect();
+    let (mut named, server_only): (Vec<Value>, Vec<Value>) = merged
+        .into_iter()
+        .partition(|item| id(item).is_some_and(|i| patch_ids.contains(&i)));
+    named.sort_by_key(|item| id(item).and_then(|i| patch_ids.iter().position(|p| *p == i)));
+    let position = |item: &Value| id(item).and_then(|i| server_order.iter().position(|o| *o == i));
+    let mut ordered = Vec::with_capacity(named.len() + server_only.len());
+    let (mut left, mut right) = (
+        server_only.into_iter().peekable(),
+        named.into_iter().peekable(),
+    );
+    loop {
+        let take_left = match (left.peek(), right.peek()) {
+            (None, None) => break,
+            (Some(_), None) => true,
+            (None, Some(_)) => false,
+            (Some(l), Some(r)) => matches!((position(l), position(r)), (Some(a), Some(b)) if a < b),
+        };
+        let next = if take_left { left.next() } else { right.next() };
+        ordered.extend(next);
+    }
+    ordered
 }
 
 #[cfg(test)]
@@ -253,12 +301,13 @@ mod tests {
             "metadata": {"finalizers": ["f2"], "labels": {"x": null}}
         });
         apply_patch(PatchKind::Strategic, &mut pod, &patch, false).unwrap();
+        // Items the patch names come first (patch order), as the API server orders them.
         assert_eq!(
             pod,
             json!({"spec": {"containers": [
-                {"name": "b", "image": "b:2", "env": [{"name": "X", "value": "1"}, {"name": "Y", "value": "2"}]},
+                {"name": "b", "image": "b:2", "env": [{"name": "Y", "value": "2"}, {"name": "X", "value": "1"}]},
                 {"name": "c", "image": "c:1"}
-            ]}, "metadata": {"finalizers": ["f1", "f2"], "labels": {"y": "2"}}})
+            ]}, "metadata": {"finalizers": ["f2", "f1"], "labels": {"y": "2"}}})
         );
     }
 

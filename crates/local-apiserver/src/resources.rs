@@ -64,8 +64,15 @@ impl ResourceType {
         }
     }
 
-    /// The key objects are stored under, shared by every served version.
+    /// The key objects are stored under, shared by every served version
+    /// (and by both Event APIs, which serve one store: see `events`).
     pub fn storage_key(&self) -> StorageKey {
+        if crate::events::is_event(self) {
+            return StorageKey {
+                group: String::new(),
+                plural: "events".into(),
+            };
+        }
         StorageKey {
             group: self.group.clone(),
             plural: self.plural.clone(),

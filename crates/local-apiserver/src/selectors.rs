@@ -175,7 +175,15 @@ impl FieldSelector {
     /// Whether the object's fields satisfy every term (a missing field is "").
     pub fn matches(&self, object: &Value) -> bool {
         self.0.iter().all(|(field, equal, value)| {
-            let pointer = format!("/{}", field.replace('.', "/"));
+            let pointer = match field.as_str() {
+                // Events: the source component, or the reporting controller
+                // of new-style Events that have none.
+                "source" if object.pointer("/source/component").is_none_or(|c| c == "") => {
+                    "/reportingComponent".to_string()
+                }
+                "source" => "/source/component".to_string(),
+                _ => format!("/{}", field.replace('.', "/")),
+            };
             let actual = match object.pointer(&pointer) {
                 Some(Value::String(s)) => s.clone(),
                 Some(Value::Null) | None => String::new(),

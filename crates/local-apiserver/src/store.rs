@@ -261,39 +261,6 @@ fn comparable(object: &Value) -> Value {
     copy
 }
 
-const NAME_ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
-
-fn random_suffix() -> String {
-    uuid::Uuid::new_v4()
-        .as_bytes()
-        .iter()
-        .take(5)
-        .map(|b| NAME_ALPHABET[*b as usize % NAME_ALPHABET.len()] as char)
-        .collect()
-}
-
-/// DNS-1123 subdomain (or label, for namespaces) validation.
-fn validate_name(name: &str, label_only: bool) -> Result<(), String> {
-    let max = if label_only { 63 } else { 253 };
-    let valid_chars = name.chars().all(|c| {
-        c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || (c == '.' && !label_only)
-    });
-    let alnum_ends = name.starts_with(|c: char| c.is_ascii_alphanumeric())
-        && name.ends_with(|c: char| c.is_ascii_alphanumeric());
-    if name.is_empty() || name.len() > max || !valid_chars || !alnum_ends {
-        return Err(format!(
-            "Invalid value: \"{name}\": a lowercase RFC 1123 {} must consist of lower case alphanumeric characters{}, and must start and end with an alphanumeric character",
-            if label_only { "label" } else { "subdomain" },
-            if label_only {
-                " or '-'"
-            } else {
-                ", '-' or '.'"
-            }
-        ));
-    }
-    Ok(())
-}
-
 /// The objects of one namespace in a bucket (a range scan, not a filter).
 fn in_namespace<'a>(
     bucket: &'a BTreeMap<ObjectName, Value>,
@@ -366,6 +333,9 @@ impl State {
         event: EventType,
         sender: &broadcast::Sender<Arc<Change>>,
     ) -> Value {
+        if target.key.group.is_empty() && target.key.plural == "events" {
+            object = crate::events::to_storage(&object);
+        }
         self.resource_version += 1;
         let rv = self.resource_version;
         meta_mut(&mut object).insert("resourceVersion".into(), json!(rv.to_string()));
@@ -473,7 +443,12 @@ impl Store {
     pub fn load_snapshot(&self, bytes: &[u8]) -> anyhow::Result<()> {
         let snapshot: Snapshot = serde_json::from_slice(bytes)?;
         let mut state = self.lock();
-        for stored in snapshot.objects {
+        for mut stored in snapshot.objects {
+            if stored.group == crate::events::EVENTS_GROUP && stored.resource == "events" {
+                // Snapshots from before the two Event APIs shared one store.
+                stored.group = String::new();
+                stored.object = crate::events::to_storage(&stored.object);
+            }
             let key = StorageKey {
                 group: stored.group,
                 plural: stored.resource,
@@ -576,7 +551,8 @@ impl Store {
         self.lock().resource_version
     }
 
-    fn served(rt: &ResourceType, mut object: Value) -> Value {
+    fn served(rt: &ResourceType, object: Value) -> Value {
+        let mut object = crate::events::view(rt, object);
         object["apiVersion"] = json!(rt.api_version());
         object["kind"] = json!(rt.kind);
         object
@@ -772,30 +748,17 @@ impl Store {
         dry_run: bool,
     ) -> ApiResult<Value> {
         let meta = meta_mut(&mut body);
+        let generate_name = meta
+            .get("generateName")
+            .and_then(Value::as_str)
+            .map(str::to_string);
         let name = match meta.get("name").and_then(Value::as_str) {
             Some(n) if !n.is_empty() => n.to_string(),
-            _ => match meta.get("generateName").and_then(Value::as_str) {
-                Some(prefix) if !prefix.is_empty() => format!("{prefix}{}", random_suffix()),
-                _ => {
-                    return Err(ApiError::invalid(
-                        &rt.group,
-                        &rt.kind,
-                        "",
-                        "metadata.name",
-                        "Required value: name or generateName is required",
-                    ));
-                }
+            _ => match generate_name.as_deref() {
+                Some(prefix) if !prefix.is_empty() => crate::names::generate(prefix),
+                _ => String::new(),
             },
         };
-        if let Err(message) = validate_name(&name, rt.plural == "namespaces") {
-            return Err(ApiError::invalid(
-                &rt.group,
-                &rt.kind,
-                &name,
-                "metadata.name",
-                &message,
-            ));
-        }
         if meta
             .get("resourceVersion")
             .and_then(Value::as_str)
@@ -828,6 +791,22 @@ impl Store {
             "selfLink",
         ] {
             meta.remove(server_owned);
+        }
+        let name_causes = crate::names::create_causes(rt, &name, generate_name.as_deref());
+        if crate::events::is_event(rt) {
+            crate::events::check_micro_times(rt, &body)?;
+            let causes = crate::events::create_causes(rt, &body, name_causes);
+            if !causes.is_empty() {
+                // Both APIs validate the internal (core) Event.
+                return Err(ApiError::invalid_causes("", &rt.kind, &name, causes));
+            }
+        } else if !name_causes.is_empty() {
+            return Err(ApiError::invalid_causes(
+                &rt.group,
+                &rt.kind,
+                &name,
+                name_causes,
+            ));
         }
         let key = rt.storage_key();
         let ns_key = if rt.namespaced { namespace } else { "" };
@@ -1246,6 +1225,14 @@ impl Store {
             name,
             old,
         } = existing;
+        // Events are compared and validated in the form of the API written to.
+        let old_view;
+        let old = if crate::events::is_event(rt) {
+            old_view = Self::served(rt, old.clone());
+            &old_view
+        } else {
+            old
+        };
         let old_rv = meta_str(old, "resourceVersion").unwrap_or_default();
         if let Some(rv) = meta_str(&body, "resourceVersion").filter(|rv| !rv.is_empty())
             && rv != old_rv
@@ -1349,6 +1336,20 @@ impl Store {
                 rt.list_shape(),
                 status_only,
             );
+        }
+        if !status_only && !rt.custom && rt.group.is_empty() && rt.kind == "Pod" {
+            let causes = crate::pods::update_causes(old, &new);
+            if !causes.is_empty() {
+                return Err(ApiError::invalid_causes("", &rt.kind, name, causes));
+            }
+        }
+        if crate::events::is_event(rt) {
+            crate::events::check_micro_times(rt, &new)?;
+            new = Self::served(rt, new);
+            let causes = crate::events::update_causes(rt, &new, old);
+            if !causes.is_empty() {
+                return Err(ApiError::invalid_causes("", &rt.kind, name, causes));
+            }
         }
         if comparable(&new) == comparable(old) {
             return Ok(old.clone());

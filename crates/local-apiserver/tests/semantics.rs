@@ -8,7 +8,7 @@ mod support;
 use std::collections::BTreeMap;
 
 use futures::{StreamExt, TryStreamExt};
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, ServiceAccount};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{
     ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams,
@@ -19,6 +19,11 @@ use kube::runtime::{WatchStreamExt, reflector, watcher};
 use kube::{Api, Client, ResourceExt};
 use serde_json::{Value, json};
 use support::{Target, eventually, status};
+
+/// Leaves out the ConfigMap a real cluster's controller-manager publishes in
+/// every namespace (`kube-root-ca.crt`), which tests listing a namespace's
+/// ConfigMaps did not create.
+const NOT_ROOT_CA: &str = "metadata.name!=kube-root-ca.crt";
 
 fn config_map(name: &str, data: &[(&str, &str)], labels: &[(&str, &str)]) -> ConfigMap {
     let data: BTreeMap<String, String> = data
@@ -133,11 +138,10 @@ async fn errors_carry_kubernetes_status_codes_and_reasons() {
         "nothings",
     );
     let unknown_api: Api<DynamicObject> = Api::all_with(target.client.clone(), &unknown);
+    // A real server answers a group it does not serve from its HTTP router,
+    // with a plain-text body: only the code is comparable.
     let not_served = status(unknown_api.list(&ListParams::default()).await);
-    assert_eq!(
-        (not_served.code, not_served.reason.as_str()),
-        (404, "NotFound")
-    );
+    assert_eq!(not_served.code, 404);
     target.cleanup(&ns).await;
 }
 
@@ -231,13 +235,13 @@ async fn merge_json_and_strategic_patches() {
         ]}
     }))
     .unwrap();
-    create_pod(&pods, &pod).await;
+    create_pod(&target.client, &ns, &pod).await;
     let patched = pods
         .patch(
             "web",
             &PatchParams::default(),
             &Patch::Strategic(json!({"spec": {"containers": [
-                {"name": "app", "image": "app:2", "env": [{"name": "B", "value": "2"}]}
+                {"name": "app", "image": "app:2"}
             ]}})),
         )
         .await
@@ -245,23 +249,74 @@ async fn merge_json_and_strategic_patches() {
     let containers = patched.spec.unwrap().containers;
     assert_eq!(containers.len(), 2, "strategic merge keeps the sidecar");
     assert_eq!(containers[0].image.as_deref(), Some("app:2"));
-    let env: Vec<String> = containers[0]
-        .env
+    assert_eq!(containers[0].env.as_ref().map(Vec::len), Some(1));
+
+    let accounts: Api<ServiceAccount> = Api::namespaced(target.client.clone(), &ns);
+    let account: ServiceAccount = serde_json::from_value(json!({
+        "metadata": {"name": "builder"},
+        "secrets": [{"name": "a"}, {"name": "b"}],
+    }))
+    .unwrap();
+    accounts
+        .create(&PostParams::default(), &account)
+        .await
+        .unwrap();
+    let patched = accounts
+        .patch(
+            "builder",
+            &PatchParams::default(),
+            &Patch::Strategic(json!({"secrets": [{"name": "c"}, {"name": "b"}]})),
+        )
+        .await
+        .unwrap();
+    let secrets: Vec<String> = patched
+        .secrets
         .iter()
         .flatten()
-        .map(|e| e.name.clone())
+        .filter_map(|s| s.name.clone())
         .collect();
-    assert_eq!(env, ["A", "B"]);
+    assert_eq!(
+        secrets,
+        ["c", "a", "b"],
+        "merged by name: a new item first, the server's items in their order"
+    );
+
+    let unmergeable = status(
+        pods.patch(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"restartPolicy": "Never"}})),
+        )
+        .await,
+    );
+    assert_eq!(
+        (unmergeable.code, unmergeable.reason.as_str()),
+        (422, "Invalid")
+    );
+    assert!(
+        unmergeable
+            .message
+            .starts_with("Pod \"web\" is invalid: spec: Forbidden: pod updates may not change fields other than `spec.containers[*].image`"),
+        "{}",
+        unmergeable.message
+    );
     target.cleanup(&ns).await;
 }
 
-/// Pods need the namespace's default ServiceAccount, which a real cluster
-/// creates shortly after the namespace.
-async fn create_pod(pods: &Api<Pod>, pod: &Pod) {
+/// Pods need the namespace's default ServiceAccount, which a real cluster's
+/// controller-manager creates shortly after the namespace; without one (an
+/// API server alone) the test creates it.
+async fn create_pod(client: &Client, namespace: &str, pod: &Pod) {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
     for _ in 0..100 {
         match pods.create(&PostParams::default(), pod).await {
             Ok(_) => return,
             Err(kube::Error::Api(s)) if s.code == 403 => {
+                let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), namespace);
+                let default: ServiceAccount =
+                    serde_json::from_value(json!({"metadata": {"name": "default"}})).unwrap();
+                // Already there (created by a controller meanwhile) is fine.
+                let _ = accounts.create(&PostParams::default(), &default).await;
                 tokio::time::sleep(std::time::Duration::from_millis(100)).await;
             }
             Err(e) => panic!("creating pod: {e}"),
@@ -388,26 +443,31 @@ async fn label_and_field_selectors_filter_lists() {
         names(ListParams::default().labels("tier in (back,x)")).await,
         ["b"]
     );
-    assert_eq!(names(ListParams::default().labels("!tier")).await, ["c"]);
+    assert_eq!(
+        names(ListParams::default().labels("!tier").fields(NOT_ROOT_CA)).await,
+        ["c"]
+    );
     assert_eq!(
         names(ListParams::default().fields("metadata.name=c")).await,
         ["c"]
     );
     assert_eq!(
-        names(ListParams::default().fields(&format!("metadata.namespace={ns},metadata.name!=a")))
-            .await,
+        names(ListParams::default().fields(&format!(
+            "metadata.namespace={ns},metadata.name!=a,{NOT_ROOT_CA}"
+        )))
+        .await,
         ["b", "c"]
     );
 
     let all: Api<ConfigMap> = Api::all(target.client.clone());
     let across = all
-        .list(&ListParams::default().fields(&format!("metadata.namespace={ns}")))
+        .list(&ListParams::default().fields(&format!("metadata.namespace={ns},{NOT_ROOT_CA}")))
         .await
         .unwrap();
     assert_eq!(across.items.len(), 3);
 
     let mut paged = Vec::new();
-    let mut lp = ListParams::default().limit(2);
+    let mut lp = ListParams::default().fields(NOT_ROOT_CA).limit(2);
     loop {
         let page = api.list(&lp).await.unwrap();
         paged.extend(page.items.iter().map(ResourceExt::name_any));
@@ -445,7 +505,7 @@ async fn watch_resumes_from_a_resource_version_and_sends_bookmarks() {
     api.delete("after", &DeleteParams::default()).await.unwrap();
 
     let mut stream = api
-        .watch(&WatchParams::default(), &rv)
+        .watch(&WatchParams::default().fields(NOT_ROOT_CA), &rv)
         .await
         .unwrap()
         .boxed();
@@ -470,7 +530,7 @@ async fn watch_resumes_from_a_resource_version_and_sends_bookmarks() {
 
     // Streaming list: current objects, then a bookmark marking their end.
     let mut initial = api
-        .watch(&WatchParams::streaming_lists(), "")
+        .watch(&WatchParams::streaming_lists().fields(NOT_ROOT_CA), "")
         .await
         .unwrap()
         .boxed();
@@ -758,6 +818,26 @@ async fn custom_resources_with_status_subresource_and_generation() {
     .unwrap();
     let created = api.create(&PostParams::default(), &widget).await.unwrap();
     assert_eq!(created.metadata.generation, Some(1));
+    let list = get_json(
+        &target.client,
+        &format!("/apis/{group}/v1/namespaces/{ns}/widgets"),
+        "application/json",
+    )
+    .await;
+    assert_eq!(
+        (&list["items"][0]["apiVersion"], &list["items"][0]["kind"]),
+        (&json!(format!("{group}/v1")), &json!("Widget")),
+        "custom resources are listed as they are stored, with apiVersion and kind"
+    );
+    let mut badly_named = widget.clone();
+    badly_named.metadata.name = Some("Not_Valid".into());
+    let refused = status(api.create(&PostParams::default(), &badly_named).await);
+    assert_eq!((refused.code, refused.reason.as_str()), (422, "Invalid"));
+    assert_eq!(
+        refused.details.unwrap().causes[0].field,
+        "metadata.name",
+        "custom resource names are DNS subdomains"
+    );
     assert!(
         created.data.get("status").is_none(),
         "status is ignored on create"
@@ -1010,7 +1090,7 @@ async fn metadata_only_get_list_and_watch() {
     assert_eq!(names, ["meta"]);
 
     let mut events = api
-        .watch_metadata(&WatchParams::default(), "0")
+        .watch_metadata(&WatchParams::default().labels("app=m"), "0")
         .await
         .unwrap()
         .boxed();
@@ -1217,5 +1297,595 @@ async fn dry_run_and_server_defaults() {
     let port = &spec.ports.unwrap()[0];
     assert_eq!(port.protocol.as_deref(), Some("TCP"));
     assert!(port.target_port.is_some());
+    target.cleanup(&ns).await;
+}
+
+/// GETs a path as raw JSON with the given `Accept` header.
+async fn get_json(client: &Client, path: &str, accept: &str) -> Value {
+    let request = axum::http::Request::builder()
+        .uri(path)
+        .header("accept", accept)
+        .body(Vec::new())
+        .unwrap();
+    let text = client.request_text(request).await.unwrap();
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{path}: {e}: {text}"))
+}
+
+#[tokio::test]
+async fn list_items_carry_no_type_meta_but_gets_and_watch_events_do() {
+    let target = Target::start().await;
+    let ns = target.namespace().await;
+    let api: Api<ConfigMap> = Api::namespaced(target.client.clone(), &ns);
+    api.create(&PostParams::default(), &config_map("typed", &[], &[]))
+        .await
+        .unwrap();
+    let collection = format!("/api/v1/namespaces/{ns}/configmaps");
+
+    let only_ours = format!("{collection}?fieldSelector=metadata.name%3Dtyped");
+    let list = get_json(&target.client, &only_ours, "application/json").await;
+    assert_eq!(
+        (&list["apiVersion"], &list["kind"]),
+        (&json!("v1"), &json!("ConfigMapList"))
+    );
+    let item = &list["items"][0];
+    assert_eq!(item["metadata"]["name"], "typed");
+    assert!(
+        item.get("apiVersion").is_none() && item.get("kind").is_none(),
+        "a typed list's items carry no apiVersion or kind: {item}"
+    );
+
+    let one = get_json(
+        &target.client,
+        &format!("{collection}/typed"),
+        "application/json",
+    )
+    .await;
+    assert_eq!(
+        (&one["apiVersion"], &one["kind"]),
+        (&json!("v1"), &json!("ConfigMap"))
+    );
+
+    let partial = get_json(
+        &target.client,
+        &only_ours,
+        "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1",
+    )
+    .await;
+    assert_eq!(
+        (&partial["apiVersion"], &partial["kind"]),
+        (
+            &json!("meta.k8s.io/v1"),
+            &json!("PartialObjectMetadataList")
+        )
+    );
+    let partial_item = &partial["items"][0];
+    assert_eq!(partial_item["metadata"]["name"], "typed");
+    assert_eq!(
+        (&partial_item["apiVersion"], &partial_item["kind"]),
+        (&json!("meta.k8s.io/v1"), &json!("PartialObjectMetadata")),
+        "metadata-only list items say what they are"
+    );
+
+    let request = axum::http::Request::builder()
+        .uri(format!(
+            "{only_ours}&watch=true&resourceVersion=0&timeoutSeconds=1"
+        ))
+        .body(Vec::new())
+        .unwrap();
+    let stream = target.client.request_text(request).await.unwrap();
+    let first: Value = serde_json::from_str(stream.lines().next().unwrap()).unwrap();
+    assert_eq!(first["type"], "ADDED");
+    assert_eq!(
+        (&first["object"]["apiVersion"], &first["object"]["kind"]),
+        (&json!("v1"), &json!("ConfigMap")),
+        "watch events' objects carry apiVersion and kind"
+    );
+    target.cleanup(&ns).await;
+}
+
+fn object_name(reference: Option<&k8s_openapi::api::core::v1::ObjectReference>) -> Option<&str> {
+    reference.and_then(|r| r.name.as_deref())
+}
+
+#[tokio::test]
+async fn core_and_events_api_events_are_one_store() {
+    use k8s_openapi::api::core::v1::Event as CoreEvent;
+    use k8s_openapi::api::events::v1::Event as NewEvent;
+    let target = Target::start().await;
+    let ns = target.namespace().await;
+    let core: Api<CoreEvent> = Api::namespaced(target.client.clone(), &ns);
+    let events: Api<NewEvent> = Api::namespaced(target.client.clone(), &ns);
+    let subject =
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "name": "subject", "namespace": ns});
+    let time = |text: &str| text.parse::<k8s_openapi::jiff::Timestamp>().unwrap();
+
+    let old_style: CoreEvent = serde_json::from_value(json!({
+        "metadata": {"name": "old-style"},
+        "involvedObject": subject,
+        "reason": "Created",
+        "message": "written through core/v1",
+        "source": {"component": "semantics-test", "host": "node-a"},
+        "firstTimestamp": "2024-01-02T03:04:05Z",
+        "lastTimestamp": "2024-01-02T03:04:09Z",
+        "count": 4,
+        "type": "Normal",
+    }))
+    .unwrap();
+    core.create(&PostParams::default(), &old_style)
+        .await
+        .unwrap();
+    let seen = events.get("old-style").await.unwrap();
+    assert_eq!(seen.note.as_deref(), Some("written through core/v1"));
+    assert_eq!(object_name(seen.regarding.as_ref()), Some("subject"));
+    assert_eq!(seen.reason.as_deref(), Some("Created"));
+    assert_eq!(seen.type_.as_deref(), Some("Normal"));
+    let source = seen.deprecated_source.clone().unwrap_or_default();
+    assert_eq!(
+        (source.component.as_deref(), source.host.as_deref()),
+        (Some("semantics-test"), Some("node-a"))
+    );
+    assert_eq!(seen.deprecated_count, Some(4));
+    assert_eq!(
+        seen.deprecated_first_timestamp.map(|t| t.0),
+        Some(time("2024-01-02T03:04:05Z"))
+    );
+    assert_eq!(
+        seen.deprecated_last_timestamp.map(|t| t.0),
+        Some(time("2024-01-02T03:04:09Z"))
+    );
+    assert!(seen.event_time.is_none());
+
+    let since = core
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .metadata
+        .resource_version
+        .unwrap();
+    let mut core_watch = core
+        .watch(&WatchParams::default().timeout(10), &since)
+        .await
+        .unwrap()
+        .boxed();
+    let new_style: NewEvent = serde_json::from_value(json!({
+        "metadata": {"name": "new-style"},
+        "eventTime": "2024-01-02T03:04:05.123456Z",
+        "reportingController": "semantics.tenantplane.io/test",
+        "reportingInstance": "test-1",
+        "action": "Check",
+        "reason": "Checked",
+        "note": "written through events.k8s.io/v1",
+        "type": "Warning",
+        "regarding": subject,
+        "related": {"apiVersion": "v1", "kind": "Pod", "name": "other", "namespace": ns},
+    }))
+    .unwrap();
+    events
+        .create(&PostParams::default(), &new_style)
+        .await
+        .unwrap();
+    let seen = core.get("new-style").await.unwrap();
+    assert_eq!(
+        seen.message.as_deref(),
+        Some("written through events.k8s.io/v1")
+    );
+    assert_eq!(seen.involved_object.name.as_deref(), Some("subject"));
+    assert_eq!(object_name(seen.related.as_ref()), Some("other"));
+    assert_eq!(
+        seen.reporting_component.as_deref(),
+        Some("semantics.tenantplane.io/test")
+    );
+    assert_eq!(seen.reporting_instance.as_deref(), Some("test-1"));
+    assert_eq!(seen.action.as_deref(), Some("Check"));
+    assert_eq!(seen.reason.as_deref(), Some("Checked"));
+    assert_eq!(seen.type_.as_deref(), Some("Warning"));
+    assert_eq!(
+        seen.event_time.map(|t| t.0),
+        Some(time("2024-01-02T03:04:05.123456Z"))
+    );
+    assert!(seen.count.is_none() && seen.first_timestamp.is_none());
+    let watched = loop {
+        match core_watch.try_next().await.unwrap() {
+            Some(WatchEvent::Added(e)) if e.name_any() == "new-style" => break e,
+            Some(WatchEvent::Bookmark(_) | WatchEvent::Added(_)) => {}
+            other => panic!("expected new-style through the core watch, got {other:?}"),
+        }
+    };
+    assert_eq!(watched.message, seen.message);
+
+    let mut events_watch = events
+        .watch(
+            &WatchParams::default()
+                .fields("metadata.name=old-style")
+                .timeout(10),
+            "0",
+        )
+        .await
+        .unwrap()
+        .boxed();
+    match events_watch.try_next().await.unwrap() {
+        Some(WatchEvent::Added(e)) => {
+            assert_eq!(e.note.as_deref(), Some("written through core/v1"));
+        }
+        other => panic!("expected old-style through the events.k8s.io watch, got {other:?}"),
+    }
+
+    let names_core = |selector: &str| {
+        let (core, lp) = (core.clone(), ListParams::default().fields(selector));
+        async move {
+            let mut names: Vec<String> = core
+                .list(&lp)
+                .await
+                .unwrap()
+                .items
+                .iter()
+                .map(ResourceExt::name_any)
+                .collect();
+            names.sort();
+            names
+        }
+    };
+    let names_events = |selector: &str| {
+        let (events, lp) = (events.clone(), ListParams::default().fields(selector));
+        async move {
+            let mut names: Vec<String> = events
+                .list(&lp)
+                .await
+                .unwrap()
+                .items
+                .iter()
+                .map(ResourceExt::name_any)
+                .collect();
+            names.sort();
+            names
+        }
+    };
+    let both = ["new-style", "old-style"];
+    // Plain lists may hold Events a real cluster's controllers wrote too.
+    for listed in [names_core("").await, names_events("").await] {
+        assert!(
+            both.iter().all(|n| listed.iter().any(|l| l == n)),
+            "{listed:?}"
+        );
+    }
+    assert_eq!(names_core("involvedObject.name=subject").await, both);
+    assert_eq!(names_events("regarding.name=subject").await, both);
+    assert_eq!(
+        names_events("regarding.kind=Pod").await,
+        Vec::<String>::new()
+    );
+    assert_eq!(
+        names_events("reportingController=semantics.tenantplane.io/test").await,
+        ["new-style"]
+    );
+    assert_eq!(
+        names_core("reportingComponent=semantics.tenantplane.io/test").await,
+        ["new-style"]
+    );
+    assert_eq!(names_core("source=semantics-test").await, ["old-style"]);
+    assert_eq!(names_events("type=Warning").await, ["new-style"]);
+    let unsupported = status(
+        events
+            .list(&ListParams::default().fields("involvedObject.name=subject"))
+            .await,
+    );
+    assert_eq!(unsupported.code, 400);
+
+    core.patch(
+        "old-style",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"count": 5})),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        events.get("old-style").await.unwrap().deprecated_count,
+        Some(5)
+    );
+    let series = json!({"series": {"count": 2, "lastObservedTime": "2024-01-02T03:05:00.000000Z"}});
+    events
+        .patch("new-style", &PatchParams::default(), &Patch::Merge(series))
+        .await
+        .unwrap();
+    assert_eq!(
+        core.get("new-style")
+            .await
+            .unwrap()
+            .series
+            .and_then(|s| s.count),
+        Some(2)
+    );
+    let immutable = status(
+        events
+            .patch(
+                "new-style",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"note": "rewritten"})),
+            )
+            .await,
+    );
+    assert_eq!(
+        (immutable.code, immutable.reason.as_str()),
+        (422, "Invalid")
+    );
+    assert!(
+        immutable
+            .message
+            .contains("message: Invalid value: \"rewritten\": field is immutable"),
+        "{}",
+        immutable.message
+    );
+
+    events
+        .delete("old-style", &DeleteParams::default())
+        .await
+        .unwrap();
+    let gone = status(core.get("old-style").await);
+    assert_eq!(gone.code, 404);
+    target.cleanup(&ns).await;
+}
+
+#[tokio::test]
+async fn events_api_validates_more_than_core_events() {
+    use k8s_openapi::api::core::v1::Event as CoreEvent;
+    use k8s_openapi::api::events::v1::Event as NewEvent;
+    let target = Target::start().await;
+    let ns = target.namespace().await;
+    let core: Api<CoreEvent> = Api::namespaced(target.client.clone(), &ns);
+    let events: Api<NewEvent> = Api::namespaced(target.client.clone(), &ns);
+    let subject =
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "name": "subject", "namespace": ns});
+    let fields = |s: &kube::core::Status| -> Vec<String> {
+        s.details
+            .as_ref()
+            .map(|d| d.causes.iter().map(|c| c.field.clone()).collect())
+            .unwrap_or_default()
+    };
+
+    let old_style = json!({
+        "metadata": {"name": "legacy"},
+        "regarding": subject,
+        "reason": "Created",
+        "note": "no eventTime",
+        "type": "Normal",
+    });
+    let refused = status(
+        events
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(old_style).unwrap(),
+            )
+            .await,
+    );
+    assert_eq!((refused.code, refused.reason.as_str()), (422, "Invalid"));
+    // Both APIs validate the internal Event, whose group is the core one.
+    assert_eq!(
+        refused.message,
+        "Event \"legacy\" is invalid: eventTime: Required value"
+    );
+    assert_eq!(fields(&refused), ["eventTime"]);
+    let details = refused.details.clone().unwrap();
+    assert_eq!(
+        (details.group.as_str(), details.kind.as_str()),
+        ("", "Event")
+    );
+
+    let accepted: CoreEvent = serde_json::from_value(json!({
+        "metadata": {"name": "legacy"},
+        "involvedObject": subject,
+        "reason": "Created",
+        "message": "no eventTime",
+        "type": "Normal",
+    }))
+    .unwrap();
+    core.create(&PostParams::default(), &accepted)
+        .await
+        .expect("core/v1 takes Events without eventTime");
+
+    let deprecated = json!({
+        "metadata": {"name": "deprecated"},
+        "eventTime": "2024-01-02T03:04:05.000000Z",
+        "reportingController": "semantics.tenantplane.io/test",
+        "reportingInstance": "test-1",
+        "action": "Check",
+        "reason": "Checked",
+        "type": "Normal",
+        "regarding": subject,
+        "deprecatedCount": 3,
+    });
+    let refused = status(
+        events
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(deprecated).unwrap(),
+            )
+            .await,
+    );
+    assert_eq!(fields(&refused), ["count"]);
+    assert!(
+        refused
+            .message
+            .ends_with("count: Invalid value: \"\": needs to be unset"),
+        "{}",
+        refused.message
+    );
+
+    let coarse_time = json!({
+        "metadata": {"name": "coarse"},
+        "eventTime": "2024-01-02T03:04:05Z",
+        "reportingController": "semantics.tenantplane.io/test",
+        "reportingInstance": "test-1",
+        "action": "Check",
+        "reason": "Checked",
+        "type": "Normal",
+        "regarding": subject,
+    });
+    let request = axum::http::Request::builder()
+        .method("POST")
+        .uri(format!("/apis/events.k8s.io/v1/namespaces/{ns}/events"))
+        .header("content-type", "application/json")
+        .body(coarse_time.to_string().into_bytes())
+        .unwrap();
+    let refused = status(target.client.request_text(request).await);
+    assert_eq!(
+        (refused.code, refused.reason.as_str()),
+        (400, "BadRequest"),
+        "eventTime is a MicroTime: six fractional digits"
+    );
+
+    let unreported: CoreEvent = serde_json::from_value(json!({
+        "metadata": {"name": "unreported"},
+        "involvedObject": subject,
+        "eventTime": "2024-01-02T03:04:05.000000Z",
+        "reason": "Checked",
+        "action": "Check",
+        "reportingInstance": "test-1",
+    }))
+    .unwrap();
+    let refused = status(core.create(&PostParams::default(), &unreported).await);
+    assert_eq!(refused.code, 422);
+    assert_eq!(fields(&refused)[0], "reportingComponent");
+
+    // Names: core/v1 Events only need a URL path segment; events.k8s.io a DNS subdomain.
+    let odd_name = json!({
+        "metadata": {"name": "Odd_Name:1"},
+        "involvedObject": subject,
+        "reason": "Created",
+    });
+    core.create(
+        &PostParams::default(),
+        &serde_json::from_value(odd_name).unwrap(),
+    )
+    .await
+    .expect("core/v1 Event names are path segments");
+    let odd_new = json!({
+        "metadata": {"name": "Odd_Name:2"},
+        "eventTime": "2024-01-02T03:04:05.000000Z",
+        "reportingController": "semantics.tenantplane.io/test",
+        "reportingInstance": "test-1",
+        "action": "Check",
+        "reason": "Checked",
+        "type": "Normal",
+        "regarding": subject,
+    });
+    let refused = status(
+        events
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(odd_new).unwrap(),
+            )
+            .await,
+    );
+    assert_eq!(fields(&refused), ["metadata.name"]);
+    target.cleanup(&ns).await;
+}
+
+#[tokio::test]
+async fn names_are_validated_by_the_rule_of_their_kind() {
+    use k8s_openapi::api::core::v1::Service;
+    let target = Target::start().await;
+    let ns = target.namespace().await;
+    let client = target.client.clone();
+    let first_cause = |s: &kube::core::Status| {
+        let cause = s.details.as_ref().unwrap().causes[0].clone();
+        (cause.reason, cause.field, cause.message)
+    };
+
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let dotted: Namespace =
+        serde_json::from_value(json!({"metadata": {"name": "tp-semantics.dotted"}})).unwrap();
+    let refused = status(namespaces.create(&PostParams::default(), &dotted).await);
+    assert_eq!(
+        refused.message,
+        "Namespace \"tp-semantics.dotted\" is invalid: metadata.name: Invalid value: \"tp-semantics.dotted\": must not contain dots"
+    );
+
+    let services: Api<Service> = Api::namespaced(client.clone(), &ns);
+    let service = |name: &str, generate: bool| -> Service {
+        let key = if generate { "generateName" } else { "name" };
+        serde_json::from_value(json!({
+            "metadata": {key: name},
+            "spec": {"ports": [{"port": 80}]},
+        }))
+        .unwrap()
+    };
+    let refused = status(
+        services
+            .create(&PostParams::default(), &service("api.v2", false))
+            .await,
+    );
+    assert_eq!((refused.code, refused.reason.as_str()), (422, "Invalid"));
+    assert_eq!(
+        refused.message,
+        "Service \"api.v2\" is invalid: metadata.name: Invalid value: \"api.v2\": must not contain dots"
+    );
+    assert_eq!(
+        first_cause(&refused),
+        (
+            "FieldValueInvalid".to_string(),
+            "metadata.name".to_string(),
+            "Invalid value: \"api.v2\": must not contain dots".to_string()
+        )
+    );
+    let details = refused.details.clone().unwrap();
+    assert_eq!(
+        (details.name.as_str(), details.kind.as_str()),
+        ("api.v2", "Service")
+    );
+    let refused = status(
+        services
+            .create(&PostParams::default(), &service("Web", false))
+            .await,
+    );
+    assert!(
+        first_cause(&refused).2.contains("a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')"),
+        "{}",
+        refused.message
+    );
+    // Kubernetes 1.36 validates Service names as RFC 1123 labels
+    // (RelaxedServiceNameValidation): a leading digit is fine.
+    services
+        .create(&PostParams::default(), &service("1abc", false))
+        .await
+        .unwrap();
+    let generated = services
+        .create(&PostParams::default(), &service("web-", true))
+        .await
+        .unwrap();
+    assert!(generated.name_any().starts_with("web-"));
+
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+    cms.create(&PostParams::default(), &config_map("dotted.name", &[], &[]))
+        .await
+        .expect("ConfigMap names are DNS subdomains");
+    let refused = status(
+        cms.create(&PostParams::default(), &config_map("Not_Valid", &[], &[]))
+            .await,
+    );
+    assert_eq!(
+        refused.message,
+        "ConfigMap \"Not_Valid\" is invalid: metadata.name: Invalid value: \"Not_Valid\": a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
+    );
+    let bad_prefix: ConfigMap =
+        serde_json::from_value(json!({"metadata": {"generateName": "Bad_"}})).unwrap();
+    let refused = status(cms.create(&PostParams::default(), &bad_prefix).await);
+    let causes: Vec<String> = refused
+        .details
+        .unwrap()
+        .causes
+        .into_iter()
+        .map(|c| c.field)
+        .collect();
+    assert_eq!(causes, ["metadata.generateName", "metadata.name"]);
+    let nameless: ConfigMap = serde_json::from_value(json!({"metadata": {}})).unwrap();
+    let refused = status(cms.create(&PostParams::default(), &nameless).await);
+    assert_eq!(
+        first_cause(&refused),
+        (
+            "FieldValueRequired".to_string(),
+            "metadata.name".to_string(),
+            "Required value: name or generateName is required".to_string()
+        )
+    );
     target.cleanup(&ns).await;
 }

@@ -107,11 +107,13 @@ where
     F: FnMut() -> Fut,
     Fut: Future<Output = bool>,
 {
-    for _ in 0..600 {
+    // Up to two minutes: a loaded real cluster's namespace controller can
+    // take most of a minute; the local server is done at once.
+    for _ in 0..1200 {
         if check().await {
             return;
         }
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
     panic!("never happened: {what}");
 }
