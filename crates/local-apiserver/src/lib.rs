@@ -25,11 +25,16 @@
 //! ```
 
 mod apply;
+mod defaults;
 mod error;
 mod http;
+mod openapi;
 mod patch;
+mod protobuf;
 mod requests;
 mod resources;
+mod reviews;
+mod scale;
 mod selectors;
 mod store;
 
