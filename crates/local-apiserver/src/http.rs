@@ -21,8 +21,11 @@ use tokio_stream::wrappers::ReceiverStream;
 
 use crate::error::{ApiError, ApiResult};
 use crate::patch::PatchKind;
+use crate::protobuf;
 use crate::requests::RecordedRequest;
 use crate::resources::{CRD_GROUP, CRD_PLURAL, ResourceType};
+use crate::reviews;
+use crate::scale;
 use crate::selectors::{FieldSelector, LabelSelector};
 use crate::store::{
     Change, DeleteOptions, EventType, ListOptions, ListPage, Propagation, Store, WriteOptions,
@@ -151,12 +154,19 @@ async fn handle(
         ["apis", group] => store.with_registry(|r| r.group(group)),
         ["apis", group, version] => store.with_registry(|r| r.resource_list(group, version)),
         ["version"] => Some(version_info()),
-        ["openapi", "v3"] => Some(store.with_registry(|r| r.openapi_root())),
-        ["openapi", "v3", "api", version] => {
-            store.with_registry(|r| r.openapi_group_version("", version))
-        }
-        ["openapi", "v3", "apis", group, version] => {
-            store.with_registry(|r| r.openapi_group_version(group, version))
+        ["openapi", "v3", document @ ..] if method == Method::GET => {
+            let documents = store.with_registry(|r| r.openapi());
+            return match documents.get(document) {
+                Some(json) => {
+                    let mut response = (StatusCode::OK, json).into_response();
+                    response.headers_mut().insert(
+                        header::CONTENT_TYPE,
+                        HeaderValue::from_static("application/json"),
+                    );
+                    response
+                }
+                None => ApiError::unknown_path(&path).into_response(),
+            };
         }
         ["healthz"] | ["livez"] | ["readyz"] => {
             return (StatusCode::OK, "ok").into_response();
@@ -299,7 +309,7 @@ fn field_manager(query: &HashMap<String, String>, headers: &HeaderMap) -> String
         .to_string()
 }
 
-fn decode_body(headers: &HeaderMap, body: &Bytes) -> ApiResult<Value> {
+fn decode_body(headers: &HeaderMap, body: &Bytes, rt: &ResourceType) -> ApiResult<Value> {
     let content_type = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
@@ -309,6 +319,10 @@ fn decode_body(headers: &HeaderMap, body: &Bytes) -> ApiResult<Value> {
         "application/json" | "" | "*/*" => serde_json::from_slice(body)
             .map_err(|e| ApiError::bad_request(format!("the request body is not valid JSON: {e}"))),
         "application/yaml" | "application/apply-patch+yaml" => decode_yaml(body),
+        // Custom resources have no protobuf form, as on real servers.
+        media if protobuf::is_protobuf(media) && !rt.custom => {
+            protobuf::decode(body, &rt.api_version(), &rt.kind)
+        }
         _ => Err(ApiError::unsupported_media_type(content_type)),
     }
 }
@@ -318,9 +332,19 @@ fn decode_yaml(body: &Bytes) -> ApiResult<Value> {
         .map_err(|e| ApiError::bad_request(format!("the request body is not valid YAML: {e}")))
 }
 
-fn delete_options(query: &HashMap<String, String>, body: &Bytes) -> ApiResult<DeleteOptions> {
+fn delete_options(
+    query: &HashMap<String, String>,
+    headers: &HeaderMap,
+    body: &Bytes,
+) -> ApiResult<DeleteOptions> {
+    let protobuf_body = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|t| protobuf::is_protobuf(t.split(';').next().unwrap_or("").trim()));
     let options: Value = if body.is_empty() {
         json!({})
+    } else if protobuf_body {
+        protobuf::decode(body, "meta.k8s.io/v1", "DeleteOptions")?
     } else {
         serde_json::from_slice(body)
             .map_err(|e| ApiError::bad_request(format!("invalid DeleteOptions: {e}")))?
@@ -436,9 +460,24 @@ async fn serve_resource(
             rt.plural
         )));
     }
+    if rt.is_review() {
+        if *method != Method::POST || target.name.is_some() {
+            return Err(ApiError::method_not_allowed(format!(
+                "the server does not allow this method on the requested resource: {} are create-only",
+                rt.plural
+            )));
+        }
+        let review = decode_body(headers, body, &rt)?;
+        let namespace = target.namespace.as_deref().unwrap_or_default();
+        return Ok(json_response(
+            StatusCode::CREATED,
+            &reviews::answer(&rt, namespace, review)?,
+        ));
+    }
     let status_only = match target.subresource.as_deref() {
         None => false,
         Some("status") if rt.has_status => true,
+        Some("scale") if scale::has_scale(&rt) => false,
         Some(sub) => {
             return Err(ApiError::unknown_path(&format!(
                 "{}/{sub} is not served by this local test server",
@@ -474,6 +513,29 @@ async fn serve_resource(
         }
         response
     };
+    if let (Some("scale"), Some(name)) = (target.subresource.as_deref(), target.name.as_deref()) {
+        let request = match *method {
+            Method::GET => scale::Request::Get,
+            Method::PUT => scale::Request::Update(decode_body(headers, body, &rt)?),
+            Method::PATCH => scale::Request::Patch(
+                PatchKind::from_content_type(
+                    headers
+                        .get(header::CONTENT_TYPE)
+                        .and_then(|v| v.to_str().ok())
+                        .unwrap_or(""),
+                )?,
+                body,
+            ),
+            _ => {
+                return Err(ApiError::method_not_allowed(format!(
+                    "{method} is not supported on {}/scale",
+                    rt.plural
+                )));
+            }
+        };
+        let scale = scale::serve(store, &rt, &namespace, name, request, &write)?;
+        return Ok(json_response(StatusCode::OK, &scale));
+    }
     let ok = |code: StatusCode, value: &Value| {
         let mut response = json_response(code, value);
         if let Some(warning) = not_enforced_warning(&rt)
@@ -527,7 +589,7 @@ async fn serve_resource(
                     rt.plural
                 )));
             }
-            let object = decode_body(headers, body)?;
+            let object = decode_body(headers, body, &rt)?;
             let created = store.create(&rt, &namespace, object, &write)?;
             Ok(with_crd_warnings(
                 ok(StatusCode::CREATED, &created),
@@ -535,7 +597,7 @@ async fn serve_resource(
             ))
         }
         (Method::PUT, Some(name)) => {
-            let object = decode_body(headers, body)?;
+            let object = decode_body(headers, body, &rt)?;
             let updated = store.update(&rt, &namespace, name, object, status_only, &write)?;
             Ok(with_crd_warnings(ok(StatusCode::OK, &updated), &updated))
         }
@@ -573,14 +635,14 @@ async fn serve_resource(
             ))
         }
         (Method::DELETE, Some(name)) => {
-            let options = delete_options(query, body)?;
+            let options = delete_options(query, headers, body)?;
             Ok(ok(
                 StatusCode::OK,
                 &store.delete(&rt, &namespace, name, &options)?,
             ))
         }
         (Method::DELETE, None) => {
-            let options = delete_options(query, body)?;
+            let options = delete_options(query, headers, body)?;
             let list = list_options(query, &rt)?;
             let mut page =
                 store.delete_collection(&rt, target.namespace.as_deref(), &list, &options)?;

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 
 use crate::apply::ListShape;
+use crate::openapi::OpenApiCache;
 
 /// How objects of a resource are stored: group and plural, version-independent.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -79,10 +80,30 @@ impl ResourceType {
         }
     }
 
-    /// `kubectl get all` lists the kinds in the `all` category.
+    /// `kubectl get all` lists the kinds in the `all` category (as kube-apiserver puts them).
     fn categories(&self) -> Option<[&'static str; 1]> {
-        (self.group.is_empty() && (self.plural == "pods" || self.plural == "services"))
-            .then_some(["all"])
+        let all = match self.group.as_str() {
+            "" => matches!(self.plural.as_str(), "pods" | "services"),
+            "apps" => self.plural != "controllerrevisions",
+            "batch" => true,
+            "autoscaling" => self.plural == "horizontalpodautoscalers",
+            _ => false,
+        };
+        (all && !self.custom).then_some(["all"])
+    }
+
+    /// The verbs discovery lists: reviews are create-only.
+    fn verbs(&self) -> &'static [&'static str] {
+        if self.group == REVIEW_GROUP && !self.custom {
+            &["create"]
+        } else {
+            &VERBS
+        }
+    }
+
+    /// Whether objects of this resource are answered, not stored (the authorization reviews).
+    pub fn is_review(&self) -> bool {
+        self.group == REVIEW_GROUP && !self.custom
     }
 
     fn discovery_entries(&self) -> Vec<Value> {
@@ -91,7 +112,7 @@ impl ResourceType {
             "singularName": self.singular,
             "namespaced": self.namespaced,
             "kind": self.kind,
-            "verbs": VERBS,
+            "verbs": self.verbs(),
             "shortNames": self.short_names,
         })];
         if let Some(categories) = self.categories() {
@@ -103,6 +124,17 @@ impl ResourceType {
                 "singularName": "",
                 "namespaced": self.namespaced,
                 "kind": self.kind,
+                "verbs": ["get", "patch", "update"],
+            }));
+        }
+        if crate::scale::has_scale(self) {
+            entries.push(json!({
+                "name": format!("{}/scale", self.plural),
+                "singularName": "",
+                "namespaced": self.namespaced,
+                "group": "autoscaling",
+                "version": "v1",
+                "kind": "Scale",
                 "verbs": ["get", "patch", "update"],
             }));
         }
@@ -277,6 +309,178 @@ const BUILTINS: &[BuiltinRow] = &[
         false,
     ),
     (
+        "apps",
+        "v1",
+        "deployments",
+        "deployment",
+        "Deployment",
+        true,
+        &["deploy"],
+        true,
+    ),
+    (
+        "apps",
+        "v1",
+        "statefulsets",
+        "statefulset",
+        "StatefulSet",
+        true,
+        &["sts"],
+        true,
+    ),
+    (
+        "apps",
+        "v1",
+        "daemonsets",
+        "daemonset",
+        "DaemonSet",
+        true,
+        &["ds"],
+        true,
+    ),
+    (
+        "apps",
+        "v1",
+        "replicasets",
+        "replicaset",
+        "ReplicaSet",
+        true,
+        &["rs"],
+        true,
+    ),
+    (
+        "apps",
+        "v1",
+        "controllerrevisions",
+        "controllerrevision",
+        "ControllerRevision",
+        true,
+        &[],
+        false,
+    ),
+    ("batch", "v1", "jobs", "job", "Job", true, &[], true),
+    (
+        "batch",
+        "v1",
+        "cronjobs",
+        "cronjob",
+        "CronJob",
+        true,
+        &["cj"],
+        true,
+    ),
+    (
+        "policy",
+        "v1",
+        "poddisruptionbudgets",
+        "poddisruptionbudget",
+        "PodDisruptionBudget",
+        true,
+        &["pdb"],
+        true,
+    ),
+    (
+        "rbac.authorization.k8s.io",
+        "v1",
+        "roles",
+        "role",
+        "Role",
+        true,
+        &[],
+        false,
+    ),
+    (
+        "rbac.authorization.k8s.io",
+        "v1",
+        "rolebindings",
+        "rolebinding",
+        "RoleBinding",
+        true,
+        &[],
+        false,
+    ),
+    (
+        "rbac.authorization.k8s.io",
+        "v1",
+        "clusterroles",
+        "clusterrole",
+        "ClusterRole",
+        false,
+        &[],
+        false,
+    ),
+    (
+        "rbac.authorization.k8s.io",
+        "v1",
+        "clusterrolebindings",
+        "clusterrolebinding",
+        "ClusterRoleBinding",
+        false,
+        &[],
+        false,
+    ),
+    (
+        "autoscaling",
+        "v2",
+        "horizontalpodautoscalers",
+        "horizontalpodautoscaler",
+        "HorizontalPodAutoscaler",
+        true,
+        &["hpa"],
+        true,
+    ),
+    (
+        "discovery.k8s.io",
+        "v1",
+        "endpointslices",
+        "endpointslice",
+        "EndpointSlice",
+        true,
+        &[],
+        false,
+    ),
+    // Create-only reviews, answered and never stored (src/reviews.rs).
+    (
+        REVIEW_GROUP,
+        "v1",
+        "selfsubjectaccessreviews",
+        "selfsubjectaccessreview",
+        "SelfSubjectAccessReview",
+        false,
+        &[],
+        false,
+    ),
+    (
+        REVIEW_GROUP,
+        "v1",
+        "selfsubjectrulesreviews",
+        "selfsubjectrulesreview",
+        "SelfSubjectRulesReview",
+        false,
+        &[],
+        false,
+    ),
+    (
+        REVIEW_GROUP,
+        "v1",
+        "subjectaccessreviews",
+        "subjectaccessreview",
+        "SubjectAccessReview",
+        false,
+        &[],
+        false,
+    ),
+    (
+        REVIEW_GROUP,
+        "v1",
+        "localsubjectaccessreviews",
+        "localsubjectaccessreview",
+        "LocalSubjectAccessReview",
+        true,
+        &[],
+        false,
+    ),
+    (
         "apiextensions.k8s.io",
         "v1",
         "customresourcedefinitions",
@@ -288,6 +492,9 @@ const BUILTINS: &[BuiltinRow] = &[
     ),
 ];
 
+/// The group of the access reviews (SelfSubjectAccessReview, ...).
+pub const REVIEW_GROUP: &str = "authorization.k8s.io";
+
 /// Group and plural of the CustomResourceDefinition resource itself.
 pub const CRD_GROUP: &str = "apiextensions.k8s.io";
 pub const CRD_PLURAL: &str = "customresourcedefinitions";
@@ -296,6 +503,8 @@ pub const CRD_PLURAL: &str = "customresourcedefinitions";
 #[derive(Debug, Clone)]
 pub struct Registry {
     types: Vec<ResourceType>,
+    /// OpenAPI documents of these types, built on first use (src/openapi.rs).
+    openapi: OpenApiCache,
 }
 
 impl Default for Registry {
@@ -319,11 +528,24 @@ impl Default for Registry {
                 },
             )
             .collect();
-        Self { types }
+        Self {
+            types,
+            openapi: OpenApiCache::default(),
+        }
     }
 }
 
 impl Registry {
+    /// Every served resource.
+    pub fn types(&self) -> &[ResourceType] {
+        &self.types
+    }
+
+    /// The OpenAPI documents cached for this state of the table.
+    pub fn openapi_cache(&self) -> &OpenApiCache {
+        &self.openapi
+    }
+
     /// The resource served at `group/version/plural`.
     pub fn find(&self, group: &str, version: &str, plural: &str) -> Option<&ResourceType> {
         self.types
@@ -372,6 +594,7 @@ impl Registry {
             self.types.retain(|t| !(t.custom && t.storage_key() == key));
         }
         self.types.extend(types);
+        self.openapi = OpenApiCache::default();
         Ok(())
     }
 
@@ -379,6 +602,7 @@ impl Registry {
     pub fn unregister_crd(&mut self, key: &StorageKey) {
         self.types
             .retain(|t| !(t.custom && t.storage_key() == *key));
+        self.openapi = OpenApiCache::default();
     }
 
     /// `GET /api`.
@@ -533,78 +757,6 @@ fn crd_resource_types(crd: &Value) -> Result<Vec<ResourceType>, String> {
     Ok(types)
 }
 
-/// Minimal OpenAPI v3 documents: enough for clients (kubectl) to learn that
-/// PATCH of every served kind accepts `fieldValidation`, so they leave field
-/// validation to the server instead of downloading schemas. No schemas are
-/// published.
-impl Registry {
-    /// `GET /openapi/v3`: one entry per served group/version.
-    pub fn openapi_root(&self) -> Value {
-        let mut paths = serde_json::Map::new();
-        let mut group_versions: Vec<(String, String)> = self
-            .types
-            .iter()
-            .map(|t| (t.group.clone(), t.version.clone()))
-            .collect();
-        group_versions.sort();
-        group_versions.dedup();
-        for (group, version) in group_versions {
-            let key = if group.is_empty() {
-                format!("api/{version}")
-            } else {
-                format!("apis/{group}/{version}")
-            };
-            let url = format!("/openapi/v3/{key}?hash={}", self.types.len());
-            paths.insert(key, json!({"serverRelativeURL": url}));
-        }
-        json!({"paths": paths})
-    }
-
-    /// `GET /openapi/v3/api/v1` and `/openapi/v3/apis/{group}/{version}`.
-    pub fn openapi_group_version(&self, group: &str, version: &str) -> Option<Value> {
-        if !self.serves_group_version(group, version) {
-            return None;
-        }
-        let prefix = if group.is_empty() {
-            format!("/api/{version}")
-        } else {
-            format!("/apis/{group}/{version}")
-        };
-        let mut paths = serde_json::Map::new();
-        for t in self
-            .types
-            .iter()
-            .filter(|t| t.group == group && t.version == version)
-        {
-            let path = if t.namespaced {
-                format!("{prefix}/namespaces/{{namespace}}/{}/{{name}}", t.plural)
-            } else {
-                format!("{prefix}/{}/{{name}}", t.plural)
-            };
-            let parameters: Vec<Value> = ["dryRun", "fieldManager", "fieldValidation", "force"]
-                .iter()
-                .map(|name| json!({"name": name, "in": "query", "schema": {"type": "string"}}))
-                .collect();
-            paths.insert(
-                path,
-                json!({"patch": {
-                    "operationId": format!("patch{}", t.kind),
-                    "parameters": parameters,
-                    "responses": {"200": {"description": "OK"}},
-                    "x-kubernetes-action": "patch",
-                    "x-kubernetes-group-version-kind": {"group": t.group, "version": t.version, "kind": t.kind},
-                }}),
-            );
-        }
-        Some(json!({
-            "openapi": "3.0.0",
-            "info": {"title": "Kubernetes (tenantplane-local-apiserver)", "version": "v1.34.0"},
-            "paths": paths,
-            "components": {"schemas": {}},
-        }))
-    }
-}
-
 /// Aggregated discovery (`apidiscovery.k8s.io/v2`), which clients ask for
 /// with an `Accept` of `...;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList`.
 impl Registry {
@@ -657,18 +809,29 @@ impl ResourceType {
             "responseKind": response_kind,
             "scope": if self.namespaced { "Namespaced" } else { "Cluster" },
             "singularResource": self.singular,
-            "verbs": VERBS,
+            "verbs": self.verbs(),
             "shortNames": self.short_names,
         });
         if let Some(categories) = self.categories() {
             entry["categories"] = json!(categories);
         }
+        let mut subresources = Vec::new();
         if self.has_status {
-            entry["subresources"] = json!([{
+            subresources.push(json!({
                 "subresource": "status",
                 "responseKind": response_kind,
                 "verbs": ["get", "patch", "update"],
-            }]);
+            }));
+        }
+        if crate::scale::has_scale(self) {
+            subresources.push(json!({
+                "subresource": "scale",
+                "responseKind": {"group": "autoscaling", "version": "v1", "kind": "Scale"},
+                "verbs": ["get", "patch", "update"],
+            }));
+        }
+        if !subresources.is_empty() {
+            entry["subresources"] = json!(subresources);
         }
         entry
     }

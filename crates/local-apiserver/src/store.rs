@@ -968,7 +968,7 @@ impl Store {
                 }
                 body["status"] = Self::crd_status(body);
             }
-            _ => {}
+            _ => crate::defaults::apply(rt, body),
         }
         Ok(())
     }

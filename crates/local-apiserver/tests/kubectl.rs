@@ -304,3 +304,264 @@ async fn kubectl_delete_namespace_waits_until_it_is_gone() {
     );
     target.cleanup(&ns).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_create_generators_send_protobuf() {
+    let target = Target::start().await;
+    let ns = target.namespace().await;
+    let cache = tempfile::tempdir().unwrap();
+    let cache = cache.path();
+    // Each of these sends a protobuf body (Content-Type: application/vnd.kubernetes.protobuf).
+    let created_ns = format!("{ns}-created");
+    succeed(&target, cache, &["create", "namespace", &created_ns], None);
+    let robot = format!("--serviceaccount={ns}:robot");
+    let cluster_name = format!("{ns}-reader");
+    let cluster_role = format!("--clusterrole={cluster_name}");
+    for args in [
+        vec![
+            "create",
+            "configmap",
+            "settings",
+            "--from-literal=mode=fast",
+        ],
+        vec![
+            "create",
+            "secret",
+            "generic",
+            "token",
+            "--from-literal=key=s3cret",
+        ],
+        vec![
+            "create",
+            "deployment",
+            "web",
+            "--image=nginx:1.25",
+            "--port=80",
+        ],
+        vec!["create", "service", "clusterip", "web", "--tcp=80:8080"],
+        vec!["create", "serviceaccount", "robot"],
+        vec!["create", "job", "once", "--image=busybox"],
+        vec![
+            "create",
+            "cronjob",
+            "nightly",
+            "--image=busybox",
+            "--schedule=0 3 * * *",
+        ],
+        vec!["create", "role", "reader", "--verb=get", "--resource=pods"],
+        vec!["create", "rolebinding", "reader", "--role=reader", &robot],
+        vec!["create", "quota", "small", "--hard=pods=2,cpu=1"],
+        vec![
+            "create",
+            "pdb",
+            "web",
+            "--selector=app=web",
+            "--min-available=1",
+        ],
+        vec![
+            "create",
+            "clusterrole",
+            &cluster_name,
+            "--verb=get",
+            "--resource=pods",
+        ],
+        vec![
+            "create",
+            "clusterrolebinding",
+            &cluster_name,
+            &cluster_role,
+            &robot,
+        ],
+    ] {
+        let mut args = args;
+        args.extend(["-n", &ns]);
+        succeed(&target, cache, &args, None);
+    }
+
+    let json = succeed(
+        &target,
+        cache,
+        &["get", "deployment", "web", "-n", &ns, "-o", "json"],
+        None,
+    );
+    let deployment: Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(
+        deployment["spec"]["template"]["spec"]["containers"][0]["image"],
+        "nginx:1.25"
+    );
+    assert_eq!(deployment["spec"]["replicas"], 1);
+    // The scale subresource (autoscaling/v1 Scale) writes spec.replicas.
+    succeed(
+        &target,
+        cache,
+        &["scale", "deployment", "web", "--replicas=3", "-n", &ns],
+        None,
+    );
+    let replicas = succeed(
+        &target,
+        cache,
+        &[
+            "get",
+            "deployment",
+            "web",
+            "-n",
+            &ns,
+            "-o",
+            "jsonpath={.spec.replicas}",
+        ],
+        None,
+    );
+    assert_eq!(replicas, "3");
+    for (resource, path, expected) in [
+        ("configmap/settings", "{.data.mode}", "fast"),
+        // base64 of s3cret
+        ("secret/token", "{.data.key}", "czNjcmV0"),
+        ("service/web", "{.spec.ports[0].targetPort}", "8080"),
+        ("resourcequota/small", "{.spec.hard.pods}", "2"),
+        ("pdb/web", "{.spec.minAvailable}", "1"),
+        ("rolebinding/reader", "{.subjects[0].name}", "robot"),
+        ("cronjob/nightly", "{.spec.schedule}", "0 3 * * *"),
+    ] {
+        let jsonpath = format!("jsonpath={path}");
+        let value = succeed(
+            &target,
+            cache,
+            &["get", resource, "-n", &ns, "-o", &jsonpath],
+            None,
+        );
+        assert_eq!(value, expected, "{resource} {path}");
+    }
+    // Short names and the `all` category, as kube-apiserver lists them.
+    let names = succeed(
+        &target,
+        cache,
+        &["get", "deploy,cj,pdb,sa", "-n", &ns, "-o", "name"],
+        None,
+    );
+    for name in [
+        "deployment.apps/web",
+        "cronjob.batch/nightly",
+        "poddisruptionbudget.policy/web",
+        "serviceaccount/robot",
+    ] {
+        assert!(names.contains(name), "{name} in {names}");
+    }
+    let all = succeed(
+        &target,
+        cache,
+        &["get", "all", "-n", &ns, "-o", "name"],
+        None,
+    );
+    for name in [
+        "service/web",
+        "deployment.apps/web",
+        "job.batch/once",
+        "cronjob.batch/nightly",
+    ] {
+        assert!(all.contains(name), "{name} in {all}");
+    }
+
+    succeed(
+        &target,
+        cache,
+        &["delete", "clusterrolebinding,clusterrole", &cluster_name],
+        None,
+    );
+    succeed(
+        &target,
+        cache,
+        &["delete", "namespace", &created_ns, "--wait=false"],
+        None,
+    );
+    target.cleanup(&ns).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_explain_reads_openapi_v3() {
+    let target = Target::start().await;
+    let ns = target.namespace().await;
+    let cache = tempfile::tempdir().unwrap();
+    let cache = cache.path();
+    let pod_spec = succeed(&target, cache, &["explain", "pod.spec"], None);
+    assert!(pod_spec.contains("KIND:       Pod"), "{pod_spec}");
+    assert!(
+        pod_spec.contains("containers\t<[]Container> -required-"),
+        "{pod_spec}"
+    );
+    let replicas = succeed(
+        &target,
+        cache,
+        &["explain", "deployment.spec.replicas"],
+        None,
+    );
+    assert!(replicas.contains("GROUP:      apps"), "{replicas}");
+    assert!(replicas.contains("FIELD: replicas <integer>"), "{replicas}");
+    let config_map = succeed(&target, cache, &["explain", "configmap"], None);
+    assert!(
+        config_map.contains("data\t<map[string]string>"),
+        "{config_map}"
+    );
+
+    let group = format!("explain{}.semantics.tenantplane.io", std::process::id());
+    let crd = format!(
+        "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata:\n  name: gizmos.{group}\nspec:\n  group: {group}\n  scope: Namespaced\n  names:\n    plural: gizmos\n    singular: gizmo\n    kind: Gizmo\n  versions:\n  - name: v1\n    served: true\n    storage: true\n    schema:\n      openAPIV3Schema:\n        type: object\n        properties:\n          spec:\n            type: object\n            description: What the gizmo should be.\n            properties:\n              size:\n                type: integer\n                description: How many sprockets the gizmo has.\n"
+    );
+    succeed(
+        &target,
+        cache,
+        &["apply", "--server-side", "-f", "-"],
+        Some(&crd),
+    );
+    // A real server publishes a new CRD's schema shortly after it is established.
+    let mut explained = String::new();
+    for _ in 0..100 {
+        let out = run(
+            &target,
+            cache,
+            &["explain", &format!("gizmos.{group}.spec")],
+            None,
+        );
+        explained = String::from_utf8_lossy(&out.stdout).into_owned();
+        if out.status.success() && explained.contains("sprockets") {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    assert!(
+        explained.contains("What the gizmo should be."),
+        "{explained}"
+    );
+    assert!(explained.contains("size\t<integer>"), "{explained}");
+    succeed(
+        &target,
+        cache,
+        &["delete", "crd", &format!("gizmos.{group}")],
+        None,
+    );
+    target.cleanup(&ns).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_auth_can_i_answers() {
+    let target = Target::start().await;
+    let ns = target.namespace().await;
+    let cache = tempfile::tempdir().unwrap();
+    let cache = cache.path();
+    let pods = succeed(&target, cache, &["auth", "can-i", "create", "pods"], None);
+    assert_eq!(pods.trim(), "yes");
+    let deployments = succeed(
+        &target,
+        cache,
+        &["auth", "can-i", "delete", "deployments.apps", "-n", &ns],
+        None,
+    );
+    assert_eq!(deployments.trim(), "yes");
+    let list = succeed(
+        &target,
+        cache,
+        &["auth", "can-i", "--list", "-n", &ns],
+        None,
+    );
+    assert!(list.contains("*.*"), "{list}");
+    target.cleanup(&ns).await;
+}

@@ -1889,3 +1889,479 @@ async fn names_are_validated_by_the_rule_of_their_kind() {
     );
     target.cleanup(&ns).await;
 }
+
+/// A Kubernetes protobuf body (`k8s\0` + runtime.Unknown), encoded with k8s-pb's prost
+/// types as client-go would send it.
+fn protobuf_body(api_version: &str, kind: &str, message: &impl prost::Message) -> Vec<u8> {
+    use k8s_pb::apimachinery::pkg::runtime::{TypeMeta, Unknown};
+    let envelope = Unknown {
+        type_meta: Some(TypeMeta {
+            api_version: Some(api_version.to_string()),
+            kind: Some(kind.to_string()),
+        }),
+        raw: Some(prost::Message::encode_to_vec(message)),
+        content_encoding: Some(String::new()),
+        content_type: Some(String::new()),
+    };
+    let mut body = b"k8s\0".to_vec();
+    body.extend(prost::Message::encode_to_vec(&envelope));
+    body
+}
+
+async fn post_protobuf(client: &Client, path: &str, body: Vec<u8>) -> Result<String, kube::Error> {
+    let request = axum::http::Request::builder()
+        .method(axum::http::Method::POST)
+        .uri(path)
+        .header("content-type", "application/vnd.kubernetes.protobuf")
+        .header("accept", "application/json")
+        .body(body)
+        .unwrap();
+    client.request_text(request).await
+}
+
+#[tokio::test]
+async fn protobuf_bodies_read_as_the_same_objects_as_json() {
+    use k8s_openapi::api::core::v1::ServiceAccount;
+    use k8s_pb::api::core::v1 as pb;
+    use k8s_pb::apimachinery::pkg::api::resource::Quantity;
+    use k8s_pb::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+    use k8s_pb::apimachinery::pkg::util::intstr::IntOrString;
+    let target = Target::start().await;
+    let ns = target.namespace().await;
+    let meta = |name: &str| ObjectMeta {
+        name: Some(name.to_string()),
+        // client-go sends every plain Go field, empty or not.
+        namespace: Some(String::new()),
+        generate_name: Some(String::new()),
+        labels: [("app".to_string(), "demo".to_string())]
+            .into_iter()
+            .collect(),
+        ..Default::default()
+    };
+    let config_map = pb::ConfigMap {
+        metadata: Some(meta("settings")),
+        data: [("mode".to_string(), "fast".to_string())]
+            .into_iter()
+            .collect(),
+        binary_data: [("blob".to_string(), vec![0u8, 1, 2, 255])]
+            .into_iter()
+            .collect(),
+        ..Default::default()
+    };
+    post_protobuf(
+        &target.client,
+        &format!("/api/v1/namespaces/{ns}/configmaps"),
+        protobuf_body("v1", "ConfigMap", &config_map),
+    )
+    .await
+    .unwrap();
+    let configmaps: Api<ConfigMap> = Api::namespaced(target.client.clone(), &ns);
+    let read = configmaps.get("settings").await.unwrap();
+    assert_eq!(data_of(&read)["mode"], "fast");
+    assert_eq!(
+        read.binary_data.clone().unwrap()["blob"].0,
+        vec![0u8, 1, 2, 255],
+        "bytes arrive as base64 in JSON"
+    );
+    assert_eq!(read.labels()["app"], "demo");
+
+    let quantity = |q: &str| Quantity {
+        string: Some(q.to_string()),
+    };
+    let container = pb::Container {
+        name: Some("web".into()),
+        image: Some("nginx:1.25".into()),
+        ports: vec![pb::ContainerPort {
+            name: Some("http".into()),
+            container_port: Some(8080),
+            host_port: Some(0),
+            ..Default::default()
+        }],
+        resources: Some(pb::ResourceRequirements {
+            limits: [("cpu".to_string(), quantity("500m"))]
+                .into_iter()
+                .collect(),
+            ..Default::default()
+        }),
+        env: vec![pb::EnvVar {
+            name: Some("MODE".into()),
+            value_from: Some(pb::EnvVarSource {
+                config_map_key_ref: Some(pb::ConfigMapKeySelector {
+                    local_object_reference: Some(pb::LocalObjectReference {
+                        name: Some("settings".into()),
+                    }),
+                    key: Some("mode".into()),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }],
+        readiness_probe: Some(pb::Probe {
+            handler: Some(pb::ProbeHandler {
+                http_get: Some(pb::HttpGetAction {
+                    path: Some("/ready".into()),
+                    port: Some(IntOrString {
+                        r#type: Some(1),
+                        int_val: Some(0),
+                        str_val: Some("http".into()),
+                    }),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        security_context: Some(pb::SecurityContext {
+            // A pointer that is set. (Set to false, it reads as unset on the local server,
+            // which can't tell Go pointers from omitempty fields: see its README.)
+            allow_privilege_escalation: Some(true),
+            ..Default::default()
+        }),
+        stdin: Some(false),
+        ..Default::default()
+    };
+    let pod = pb::Pod {
+        metadata: Some(meta("web")),
+        spec: Some(pb::PodSpec {
+            containers: vec![container],
+            volumes: vec![pb::Volume {
+                name: Some("config".into()),
+                volume_source: Some(pb::VolumeSource {
+                    config_map: Some(pb::ConfigMapVolumeSource {
+                        local_object_reference: Some(pb::LocalObjectReference {
+                            name: Some("settings".into()),
+                        }),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }),
+            }],
+            // A plain Go field left false: JSON leaves it out.
+            host_network: Some(false),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    // Pods need the namespace's default ServiceAccount, which a real cluster's controllers
+    // create; a cluster without them (or a slow one) gets it here.
+    let accounts: Api<ServiceAccount> = Api::namespaced(target.client.clone(), &ns);
+    let account: ServiceAccount =
+        serde_json::from_value(json!({"metadata": {"name": "default"}})).unwrap();
+    match accounts.create(&PostParams::default(), &account).await {
+        Ok(_) | Err(kube::Error::Api(_)) => {}
+        Err(e) => panic!("creating the default ServiceAccount: {e}"),
+    }
+    post_protobuf(
+        &target.client,
+        &format!("/api/v1/namespaces/{ns}/pods"),
+        protobuf_body("v1", "Pod", &pod),
+    )
+    .await
+    .unwrap();
+    let pods: Api<Pod> = Api::namespaced(target.client.clone(), &ns);
+    let raw = pods.get("web").await.unwrap();
+    let spec = serde_json::to_value(raw.spec.unwrap()).unwrap();
+    let container = &spec["containers"][0];
+    assert_eq!(container["image"], "nginx:1.25");
+    assert_eq!(container["ports"][0]["containerPort"], 8080);
+    assert_eq!(container["ports"][0].get("hostPort"), None);
+    assert_eq!(container["resources"]["limits"]["cpu"], "500m");
+    assert_eq!(
+        container["env"][0]["valueFrom"]["configMapKeyRef"],
+        json!({"name": "settings", "key": "mode"})
+    );
+    assert_eq!(container["readinessProbe"]["httpGet"]["port"], "http");
+    assert_eq!(
+        container["securityContext"]["allowPrivilegeEscalation"],
+        true
+    );
+    assert_eq!(container.get("stdin"), None);
+    assert_eq!(spec["volumes"][0]["configMap"]["name"], "settings");
+    assert_eq!(spec.get("hostNetwork"), None);
+    target.cleanup(&ns).await;
+}
+
+#[tokio::test]
+async fn protobuf_fields_named_after_go_fields_and_embedded_rules_read_as_json() {
+    use k8s_pb::api::admissionregistration::v1 as pb;
+    use k8s_pb::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+    let target = Target::start().await;
+    let name = format!("protobuf-policy-{}", std::process::id());
+    let policy = pb::ValidatingAdmissionPolicy {
+        metadata: Some(ObjectMeta {
+            name: Some(name.clone()),
+            ..Default::default()
+        }),
+        spec: Some(pb::ValidatingAdmissionPolicySpec {
+            match_constraints: Some(pb::MatchResources {
+                resource_rules: vec![pb::NamedRuleWithOperations {
+                    // RuleWithOperations and its Rule are embedded Go structs.
+                    rule_with_operations: Some(pb::RuleWithOperations {
+                        operations: vec!["CREATE".into()],
+                        rule: Some(pb::Rule {
+                            api_groups: vec![String::new()],
+                            api_versions: vec!["v1".into()],
+                            resources: vec!["configmaps".into()],
+                            scope: Some("*".into()),
+                        }),
+                    }),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }),
+            // Variable's and Validation's protobuf fields are named `Name`, `Expression`.
+            variables: vec![pb::Variable {
+                name: Some("size".into()),
+                expression: Some("size(object.data)".into()),
+            }],
+            validations: vec![pb::Validation {
+                expression: Some("variables.size < 10".into()),
+                message: Some("too many keys".into()),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let created = post_protobuf(
+        &target.client,
+        "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies",
+        protobuf_body(
+            "admissionregistration.k8s.io/v1",
+            "ValidatingAdmissionPolicy",
+            &policy,
+        ),
+    )
+    .await
+    .unwrap();
+    let created: Value = serde_json::from_str(&created).unwrap();
+    let spec = &created["spec"];
+    let rule = &spec["matchConstraints"]["resourceRules"][0];
+    assert_eq!(rule["operations"], json!(["CREATE"]));
+    assert_eq!(rule["apiGroups"], json!([""]));
+    assert_eq!(rule["resources"], json!(["configmaps"]));
+    assert_eq!(rule["scope"], "*");
+    assert_eq!(
+        spec["variables"],
+        json!([{"name": "size", "expression": "size(object.data)"}])
+    );
+    assert_eq!(spec["validations"][0]["expression"], "variables.size < 10");
+    let policies: Api<DynamicObject> = Api::all_with(
+        target.client.clone(),
+        &ApiResource::from_gvk(&GroupVersionKind::gvk(
+            "admissionregistration.k8s.io",
+            "v1",
+            "ValidatingAdmissionPolicy",
+        )),
+    );
+    policies
+        .delete(&name, &DeleteParams::default())
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn undecodable_protobuf_bodies_are_bad_requests() {
+    let target = Target::start().await;
+    let ns = target.namespace().await;
+    let collection = format!("/api/v1/namespaces/{ns}/configmaps");
+    let no_prefix = status(post_protobuf(&target.client, &collection, b"{}".to_vec()).await);
+    assert_eq!(
+        (no_prefix.code, no_prefix.reason.as_str()),
+        (400, "BadRequest")
+    );
+    let mut garbage = b"k8s\0".to_vec();
+    garbage.extend([0x0a, 0xff, 0xff, 0xff, 0xff, 0x0f, 0x01]);
+    let truncated = status(post_protobuf(&target.client, &collection, garbage).await);
+    assert_eq!(
+        (truncated.code, truncated.reason.as_str()),
+        (400, "BadRequest")
+    );
+    target.cleanup(&ns).await;
+}
+
+#[tokio::test]
+async fn workload_groups_are_served_with_defaults_status_and_watch() {
+    use k8s_openapi::api::apps::v1::Deployment;
+    use k8s_openapi::api::batch::v1::Job;
+    use k8s_openapi::api::rbac::v1::ClusterRole;
+    let target = Target::start().await;
+    let ns = target.namespace().await;
+    let aggregated = Discovery::new(target.client.clone())
+        .run_aggregated()
+        .await
+        .unwrap();
+    for (group, version, kind, status_subresource) in [
+        ("apps", "v1", "Deployment", true),
+        ("apps", "v1", "StatefulSet", true),
+        ("apps", "v1", "DaemonSet", true),
+        ("apps", "v1", "ReplicaSet", true),
+        ("apps", "v1", "ControllerRevision", false),
+        ("batch", "v1", "Job", true),
+        ("batch", "v1", "CronJob", true),
+        ("policy", "v1", "PodDisruptionBudget", true),
+        ("rbac.authorization.k8s.io", "v1", "Role", false),
+        (
+            "rbac.authorization.k8s.io",
+            "v1",
+            "ClusterRoleBinding",
+            false,
+        ),
+        ("autoscaling", "v2", "HorizontalPodAutoscaler", true),
+        ("discovery.k8s.io", "v1", "EndpointSlice", false),
+    ] {
+        let (_, caps) = aggregated
+            .resolve_gvk(&GroupVersionKind::gvk(group, version, kind))
+            .unwrap_or_else(|| panic!("{group}/{version} {kind} is discoverable"));
+        assert!(caps.supports_operation("watch"), "{kind}");
+        assert_eq!(
+            caps.subresources.iter().any(|(s, _)| s.plural == "status"),
+            status_subresource,
+            "{kind} status subresource"
+        );
+    }
+    let (_, cluster_role) = aggregated
+        .resolve_gvk(&GroupVersionKind::gvk(
+            "rbac.authorization.k8s.io",
+            "v1",
+            "ClusterRole",
+        ))
+        .unwrap();
+    assert_eq!(cluster_role.scope, kube::discovery::Scope::Cluster);
+
+    let deployments: Api<Deployment> = Api::namespaced(target.client.clone(), &ns);
+    let mut watch = deployments
+        .watch(&WatchParams::default(), "0")
+        .await
+        .unwrap()
+        .boxed();
+    let deployment: Deployment = serde_json::from_value(json!({
+        "metadata": {"name": "web"},
+        "spec": {
+            "selector": {"matchLabels": {"app": "web"}},
+            "template": {
+                "metadata": {"labels": {"app": "web"}},
+                "spec": {"containers": [{"name": "web", "image": "nginx:1.25"}]},
+            },
+        },
+    }))
+    .unwrap();
+    let created = deployments
+        .create(&PostParams::default(), &deployment)
+        .await
+        .unwrap();
+    let spec = created.spec.unwrap();
+    assert_eq!(spec.replicas, Some(1));
+    assert_eq!(
+        spec.strategy.and_then(|s| s.type_).as_deref(),
+        Some("RollingUpdate")
+    );
+    let container = &spec.template.spec.unwrap().containers[0];
+    assert_eq!(container.image_pull_policy.as_deref(), Some("IfNotPresent"));
+    loop {
+        match watch.next().await {
+            Some(Ok(WatchEvent::Bookmark(_))) => continue,
+            Some(Ok(WatchEvent::Added(added))) => break assert_eq!(added.name_any(), "web"),
+            other => panic!("expected ADDED, got {other:?}"),
+        }
+    }
+    let patched = deployments
+        .patch_status(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"observedGeneration": 1, "replicas": 0}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(patched.status.unwrap().observed_generation, Some(1));
+
+    let jobs: Api<Job> = Api::namespaced(target.client.clone(), &ns);
+    let job: Job = serde_json::from_value(json!({
+        "metadata": {"name": "once"},
+        "spec": {"template": {"spec": {
+            "restartPolicy": "Never",
+            "containers": [{"name": "once", "image": "busybox"}],
+        }}},
+    }))
+    .unwrap();
+    let job = jobs.create(&PostParams::default(), &job).await.unwrap();
+    let uid = job.uid().unwrap();
+    let spec = job.spec.unwrap();
+    assert_eq!(spec.backoff_limit, Some(6));
+    assert_eq!(
+        spec.selector.unwrap().match_labels.unwrap()["batch.kubernetes.io/controller-uid"],
+        uid
+    );
+
+    let name = format!("{ns}-reader");
+    let roles: Api<ClusterRole> = Api::all(target.client.clone());
+    let role: ClusterRole = serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}],
+    }))
+    .unwrap();
+    roles.create(&PostParams::default(), &role).await.unwrap();
+    assert_eq!(roles.get(&name).await.unwrap().namespace(), None);
+    roles.delete(&name, &DeleteParams::default()).await.unwrap();
+    target.cleanup(&ns).await;
+}
+
+#[tokio::test]
+async fn access_reviews_are_answered_and_not_stored() {
+    use k8s_openapi::api::authorization::v1::{SelfSubjectAccessReview, SelfSubjectRulesReview};
+    let target = Target::start().await;
+    let reviews: Api<SelfSubjectAccessReview> = Api::all(target.client.clone());
+    let review: SelfSubjectAccessReview = serde_json::from_value(json!({
+        "spec": {"resourceAttributes": {"namespace": "default", "verb": "create", "resource": "pods"}},
+    }))
+    .unwrap();
+    let answered = reviews
+        .create(&PostParams::default(), &review)
+        .await
+        .unwrap();
+    assert!(answered.status.unwrap().allowed);
+    assert_eq!(status(reviews.list(&ListParams::default()).await).code, 405);
+
+    let rules: Api<SelfSubjectRulesReview> = Api::all(target.client.clone());
+    let review: SelfSubjectRulesReview =
+        serde_json::from_value(json!({"spec": {"namespace": "default"}})).unwrap();
+    let answered = rules.create(&PostParams::default(), &review).await.unwrap();
+    assert!(!answered.status.unwrap().resource_rules.is_empty());
+    let ns = target.namespace().await;
+    target.cleanup(&ns).await;
+}
+
+#[tokio::test]
+async fn openapi_v3_publishes_kind_schemas_per_group_version() {
+    let target = Target::start().await;
+    let get = |path: String| {
+        let client = target.client.clone();
+        async move {
+            let request = axum::http::Request::get(path).body(Vec::new()).unwrap();
+            let text = client.request_text(request).await.unwrap();
+            serde_json::from_str::<Value>(&text).unwrap()
+        }
+    };
+    let root = get("/openapi/v3".to_string()).await;
+    let url = root["paths"]["apis/apps/v1"]["serverRelativeURL"]
+        .as_str()
+        .expect("apps/v1 is listed")
+        .to_string();
+    let document = get(url).await;
+    let schemas = &document["components"]["schemas"];
+    let deployment = &schemas["io.k8s.api.apps.v1.Deployment"];
+    assert!(
+        deployment["x-kubernetes-group-version-kind"]
+            .as_array()
+            .unwrap()
+            .contains(&json!({"group": "apps", "kind": "Deployment", "version": "v1"}))
+    );
+    let spec_ref = deployment["properties"]["spec"]["allOf"][0]["$ref"]
+        .as_str()
+        .unwrap();
+    let spec = &schemas[spec_ref.trim_start_matches("#/components/schemas/")];
+    assert_eq!(spec["properties"]["replicas"]["type"], "integer");
+    let ns = target.namespace().await;
+    target.cleanup(&ns).await;
+}
