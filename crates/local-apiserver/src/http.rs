@@ -144,6 +144,17 @@ async fn handle(
         );
         return response;
     }
+    if let ["apis", group, version, ..] = segments.as_slice()
+        && store.with_registry(|r| r.is_unavailable(group, version))
+    {
+        // As kube-apiserver answers for an APIService whose service does not answer.
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+            crate::aggregation::UNAVAILABLE_BODY,
+        )
+            .into_response();
+    }
     let discovery = match segments.as_slice() {
         [] => Some(
             json!({"paths": ["/api", "/api/v1", "/apis", "/healthz", "/livez", "/readyz", "/version"]}),

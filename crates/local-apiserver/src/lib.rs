@@ -24,6 +24,7 @@
 //! # }
 //! ```
 
+mod aggregation;
 mod apply;
 mod cel_check;
 mod cel_cost;

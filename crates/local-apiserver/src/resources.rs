@@ -309,6 +309,16 @@ const BUILTINS: &[BuiltinRow] = &[
         false,
     ),
     (
+        "apiregistration.k8s.io",
+        "v1",
+        "apiservices",
+        "apiservice",
+        "APIService",
+        false,
+        &[],
+        true,
+    ),
+    (
         "apps",
         "v1",
         "deployments",
@@ -503,6 +513,9 @@ pub const CRD_PLURAL: &str = "customresourcedefinitions";
 #[derive(Debug, Clone)]
 pub struct Registry {
     types: Vec<ResourceType>,
+    /// Group versions of APIServices whose aggregated API server does not answer
+    /// (src/aggregation.rs): listed in discovery, answered 503.
+    unavailable: std::collections::BTreeSet<(String, String)>,
     /// OpenAPI documents of these types, built on first use (src/openapi.rs).
     openapi: OpenApiCache,
 }
@@ -530,6 +543,7 @@ impl Default for Registry {
             .collect();
         Self {
             types,
+            unavailable: Default::default(),
             openapi: OpenApiCache::default(),
         }
     }
@@ -605,6 +619,19 @@ impl Registry {
         self.openapi = OpenApiCache::default();
     }
 
+    /// Sets the group versions whose aggregated API server does not answer.
+    pub fn set_unavailable(&mut self, unavailable: std::collections::BTreeSet<(String, String)>) {
+        self.unavailable = unavailable;
+    }
+
+    /// Whether `group`/`version` belongs to an aggregated API server that does not answer (and
+    /// is not also served here).
+    pub fn is_unavailable(&self, group: &str, version: &str) -> bool {
+        self.unavailable
+            .contains(&(group.to_string(), version.to_string()))
+            && !self.serves_group_version(group, version)
+    }
+
     /// `GET /api`.
     pub fn core_versions(&self) -> Value {
         json!({
@@ -624,6 +651,16 @@ impl Registry {
                     }
                 }
                 None => groups.push((t.group.clone(), vec![t.version.clone()])),
+            }
+        }
+        for (group, version) in &self.unavailable {
+            match groups.iter_mut().find(|(g, _)| g == group) {
+                Some((_, versions)) => {
+                    if !versions.contains(version) {
+                        versions.push(version.clone());
+                    }
+                }
+                None => groups.push((group.clone(), vec![version.clone()])),
             }
         }
         groups
@@ -777,9 +814,17 @@ impl Registry {
                 .map(|t| t.version.clone())
                 .collect();
             versions.dedup();
+            for (g, version) in &self.unavailable {
+                if *g == group && !versions.contains(version) {
+                    versions.push(version.clone());
+                }
+            }
             let versions: Vec<Value> = versions
                 .iter()
                 .map(|version| {
+                    if self.is_unavailable(&group, version) {
+                        return json!({"version": version, "freshness": "Stale"});
+                    }
                     let resources: Vec<Value> = self
                         .types
                         .iter()

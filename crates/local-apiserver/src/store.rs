@@ -18,6 +18,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 use tokio::sync::{Notify, broadcast};
 
+use crate::aggregation;
 use crate::apply::{Writer, record_update, server_side_apply};
 use crate::error::{ApiError, ApiResult};
 use crate::patch::{PatchKind, apply_patch};
@@ -294,6 +295,9 @@ impl State {
     }
 
     fn record(&mut self, change: Change, sender: &broadcast::Sender<Arc<Change>>) {
+        if change.key.group == aggregation::GROUP && change.key.plural == aggregation::PLURAL {
+            self.refresh_aggregation();
+        }
         let change = Arc::new(change);
         self.history.push_back(change.clone());
         while self.history.len() > self.history_limit {
@@ -303,6 +307,17 @@ impl State {
         }
         // No receivers is fine: nobody is watching.
         let _ = sender.send(change);
+    }
+
+    /// Tells the registry which group versions the stored APIServices leave unavailable.
+    fn refresh_aggregation(&mut self) {
+        let key = StorageKey {
+            group: aggregation::GROUP.into(),
+            plural: aggregation::PLURAL.into(),
+        };
+        let unavailable =
+            aggregation::unavailable(self.bucket(&key).into_iter().flat_map(|b| b.values()));
+        self.registry.set_unavailable(unavailable);
     }
 
     fn index(&mut self, object: &Value, target: &ObjectRef, add: bool) {
@@ -478,6 +493,7 @@ impl Store {
         state.resource_version = snapshot.resource_version;
         state.compacted = snapshot.resource_version;
         state.next_cluster_ip = Self::next_free_cluster_ip(&state);
+        state.refresh_aggregation();
         Ok(())
     }
 
@@ -944,6 +960,9 @@ impl Store {
                     }
                 }
                 body["status"] = json!({"loadBalancer": {}});
+            }
+            (aggregation::GROUP, "APIService") => {
+                body["status"] = aggregation::status(body);
             }
             ("", "Secret") => {
                 if body.get("type").is_none() {

@@ -2365,3 +2365,83 @@ async fn openapi_v3_publishes_kind_schemas_per_group_version() {
     let ns = target.namespace().await;
     target.cleanup(&ns).await;
 }
+
+/// An APIService whose aggregated API server does not answer (here: names a Service nobody
+/// serves) keeps its group in discovery, stale in aggregated discovery, and every request under
+/// its group version gets 503, as kube-apiserver answers while a metrics-server is down.
+#[tokio::test]
+async fn an_unavailable_aggregated_api_is_listed_and_answers_503() {
+    let target = Target::start().await;
+    // kube retries a 503 up to 15 times, minutes apart: this test wants to see it.
+    let mut config = kube::Config::from_custom_kubeconfig(
+        kube::config::Kubeconfig::read_from(&target.kubeconfig).unwrap(),
+        &kube::config::KubeConfigOptions::default(),
+    )
+    .await
+    .unwrap();
+    config.default_retry = false;
+    let client = &Client::try_from(config).unwrap();
+    let suffix = uuid::Uuid::new_v4().simple().to_string();
+    let group = format!("a{}.semantics.tenantplane.io", &suffix[..8]);
+    let name = format!("v1beta1.{group}");
+    let api_services: Api<kube::api::DynamicObject> = Api::all_with(
+        client.clone(),
+        &kube::core::ApiResource::from_gvk_with_plural(
+            &kube::core::GroupVersionKind::gvk("apiregistration.k8s.io", "v1", "APIService"),
+            "apiservices",
+        ),
+    );
+    let api_service = serde_json::from_value(json!({
+        "apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService",
+        "metadata": {"name": name},
+        "spec": {"group": group, "version": "v1beta1", "groupPriorityMinimum": 100,
+            "versionPriority": 100, "insecureSkipTLSVerify": true,
+            "service": {"namespace": "default", "name": "nobody-serves-this", "port": 443}}}))
+    .unwrap();
+    api_services
+        .create(&PostParams::default(), &api_service)
+        .await
+        .unwrap();
+    let listed = || async {
+        let groups = get_json(client, "/apis", "application/json").await;
+        groups["groups"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|g| g["name"] == json!(group))
+    };
+    eventually("the group is listed", || async { listed().await }).await;
+    let aggregated = get_json(
+        client,
+        "/apis",
+        "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList",
+    )
+    .await;
+    let entry = aggregated["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|g| g["metadata"]["name"] == json!(group))
+        .cloned()
+        .expect("the group in aggregated discovery");
+    assert_eq!(entry["versions"][0]["version"], "v1beta1");
+    assert_eq!(entry["versions"][0]["freshness"], "Stale");
+    for path in [
+        format!("/apis/{group}/v1beta1"),
+        format!("/apis/{group}/v1beta1/namespaces/default/things"),
+    ] {
+        let request = axum::http::Request::builder()
+            .uri(&path)
+            .body(Vec::new())
+            .unwrap();
+        match client.request_text(request).await {
+            Err(kube::Error::Api(status)) => assert_eq!(status.code, 503, "{path}: {status:?}"),
+            other => panic!("{path}: expected 503, got {other:?}"),
+        }
+    }
+    api_services
+        .delete(&name, &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually("the group is gone", || async { !listed().await }).await;
+}
