@@ -190,6 +190,9 @@ pub struct Env {
     syncer: Option<JoinHandle<anyhow::Result<()>>>,
     /// The durable decision log's URL, when the test uses one.
     pub decision_log: Option<String>,
+    /// The user the syncer acts as in the host cluster (the host kubeconfig's), which the
+    /// compiled admission policies let change tenantplane-managed objects.
+    pub syncer_username: String,
     /// Suffix making names unique to this run (shared real clusters).
     pub run: String,
     /// What this test made in real clusters, removed when the Env is dropped.
@@ -362,7 +365,8 @@ impl Env {
         let syncer_username = tenantplane_syncer::authenticated_username(&host.client)
             .await?
             .unwrap_or_else(|| tenantplane_isolation::DEFAULT_SYNCER_USERNAME.to_string());
-        let isolation = Service::start(ServiceKind::Isolation(syncer_username), loopback).await?;
+        let isolation =
+            Service::start(ServiceKind::Isolation(syncer_username.clone()), loopback).await?;
         let id = uuid::Uuid::now_v7().simple().to_string();
         let run = id[id.len() - 6..].to_string();
         let mut env = Env {
@@ -372,6 +376,7 @@ impl Env {
             isolation,
             syncer: None,
             decision_log,
+            syncer_username,
             run,
             made: Default::default(),
         };

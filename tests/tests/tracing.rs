@@ -106,11 +106,15 @@ async fn each_decision_is_one_span_with_the_planner_compiler_and_host_calls_as_c
     let planner_url =
         serve(GrpcApi::new().with_service(tenantplane_grpc::PlannerService::new().into_server()))
             .await;
-    let compiler_url =
-        serve(GrpcApi::new().with_service(
-            tenantplane_grpc::IsolationService::new(Default::default()).into_server(),
-        ))
-        .await;
+    let compiler_url = serve(
+        GrpcApi::new().with_service(
+            tenantplane_grpc::IsolationService::new(tenantplane_isolation::CompileOptions {
+                syncer_username: env.syncer_username.clone(),
+            })
+            .into_server(),
+        ),
+    )
+    .await;
     let log_path = std::env::temp_dir().join(format!(
         "tenantplane-tracing-{}-{}.sqlite",
         std::process::id(),
@@ -346,7 +350,12 @@ async fn each_decision_is_one_span_with_the_planner_compiler_and_host_calls_as_c
     // The host object names the decision whose span and log record agree.
     let cfg0: Vec<&Entry> = decisions
         .iter()
-        .filter(|e| e.decision.subject.name == "cfg0" && e.decision.outcome == Outcome::Synced)
+        .filter(|e| {
+            // On a shared real tenant control plane, other runs' namespaces hold a cfg0 too.
+            e.decision.subject.namespace == ns
+                && e.decision.subject.name == "cfg0"
+                && e.decision.outcome == Outcome::Synced
+        })
         .collect();
     assert_eq!(cfg0.len(), 2, "created, then updated");
     let id_on = |h: &Value| h["metadata"]["annotations"]["tenantplane.io/decision-id"].clone();
