@@ -66,7 +66,7 @@ fn examples_table_matches_golden_and_the_bad_document_fails_the_run() {
     );
     let stderr = String::from_utf8(out.stderr).unwrap();
     assert!(
-        stderr.contains("14 documents: 6 Synced, 2 Skipped, 3 Rejected, 2 Conflict, 1 error"),
+        stderr.contains("15 documents: 7 Synced, 2 Skipped, 3 Rejected, 2 Conflict, 1 error"),
         "{stderr}"
     );
     assert_eq!(out.status.code(), Some(1), "default --fail-on error");

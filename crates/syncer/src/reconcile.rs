@@ -358,6 +358,31 @@ pub fn superseded(decision: &Decision, error: &str, stamp: Stamp) -> Decision {
     )
 }
 
+/// A decision turned into Failed because the host API server refused its write for what it
+/// writes (admission, such as Pod Security, 403; or validation, 422): the same content would be
+/// refused again, so it is not retried with backoff but when the tenant object changes, and at
+/// the next resync.
+pub fn refused_by_host(decision: &Decision, error: &str, stamp: Stamp) -> Decision {
+    unapplied(
+        decision,
+        "HostRefused",
+        format!(
+            "{} of the host object refused by the host API server (decision {} stands \
+             unapplied; tried again when the tenant object changes, and at the next resync): \
+             {error}",
+            decision.action.as_str(),
+            decision.id
+        ),
+        stamp,
+    )
+}
+
+/// Whether a failed host write was refused for its content (admission 403, validation 422),
+/// rather than failing for a reason that may pass (the server unreachable, overloaded, ...).
+pub fn refused_for_content(error: &kube::Error) -> bool {
+    matches!(error, kube::Error::Api(s) if s.code == 403 || s.code == 422)
+}
+
 fn unapplied(decision: &Decision, reason: &str, message: String, stamp: Stamp) -> Decision {
     let mut d = decision.clone();
     d.id = stamp.id;
@@ -644,6 +669,29 @@ mod tests {
             "{}",
             d.message
         );
+    }
+
+    #[test]
+    fn a_write_the_host_refuses_for_its_content_is_not_retried_with_backoff() {
+        let p = planner();
+        let o = cm("a");
+        let create = reconcile_present(&tenant(), &o, &p.plan(&o, None), None, stamp());
+        let d = refused_by_host(&create.decision, "violates PodSecurity", stamp());
+        assert_eq!(
+            (d.outcome, d.reason.as_str()),
+            (Outcome::Failed, "HostRefused")
+        );
+        assert!(d.message.contains("violates PodSecurity"), "{}", d.message);
+        let status = |code| {
+            kube::Error::Api(Box::new(kube::core::Status {
+                code,
+                ..Default::default()
+            }))
+        };
+        assert!(refused_for_content(&status(403)));
+        assert!(refused_for_content(&status(422)));
+        assert!(!refused_for_content(&status(500)));
+        assert!(!refused_for_content(&status(429)));
     }
 
     #[test]

@@ -1073,9 +1073,13 @@ impl Worker {
                 // since the decision (someone wrote at the name): decided again on fresh state.
                 let span = trace::follow_up_span(&step.decision);
                 let stamp = trace::stamp_in(&span, COMPONENT);
+                let refused = reconcile::refused_for_content(&e);
                 let failed = match &e {
                     kube::Error::Api(s) if s.code == 409 => {
                         reconcile::superseded(&step.decision, &e.to_string(), stamp)
+                    }
+                    _ if refused => {
+                        reconcile::refused_by_host(&step.decision, &e.to_string(), stamp)
                     }
                     _ => reconcile::failed(&step.decision, &e.to_string(), stamp),
                 };
@@ -1090,7 +1094,13 @@ impl Worker {
                     )
                     .instrument(span)
                     .await;
-                self.backoff(key);
+                if refused {
+                    // The same content is refused again: looked at again when it changes
+                    // (its watch event) and at the resync, not in a backoff loop.
+                    self.succeeded(key);
+                } else {
+                    self.backoff(key);
+                }
                 false
             }
         }

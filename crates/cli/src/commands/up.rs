@@ -150,6 +150,11 @@ async fn run_async(args: &Args) -> anyhow::Result<ExitCode> {
     let host = host_cluster::client(Some(&host_kubeconfig), None).await?;
     let tenant = host_cluster::client(Some(&tenant_kubeconfig), None).await?;
     install_crds(&host).await?;
+    // The syncer acts with the host kubeconfig's credentials: the compiled admission policies
+    // must let that user, and no other, change tenantplane-managed host objects.
+    let syncer_username = tenantplane_syncer::authenticated_username(&host)
+        .await?
+        .unwrap_or_else(|| tenantplane_isolation::DEFAULT_SYNCER_USERNAME.to_string());
 
     // The services, as separate processes of this executable.
     let log_url = format!("sqlite:{}", data.join("decisions.db").display());
@@ -169,6 +174,7 @@ async fn run_async(args: &Args) -> anyhow::Result<ExitCode> {
             vec![
                 format!("--grpc-addr={}", ports.addr(11)),
                 format!("--admin-addr={}", ports.addr(12)),
+                format!("--syncer-username={syncer_username}"),
             ],
         ),
         (
@@ -448,14 +454,18 @@ async fn apply_examples(
         if !dir.is_dir() {
             continue;
         }
-        for (origin, value) in documents(&[dir])? {
+        let mut documents = documents(&[dir])?;
+        // What others refer to first, as a real API server requires (a Pod's ServiceAccount
+        // must exist before the Pod); the file order otherwise.
+        documents.sort_by_key(|(_, value)| apply_order(value["kind"].as_str().unwrap_or("")));
+        for (origin, value) in documents {
             if let Some(ns) = value["metadata"]["namespace"].as_str() {
                 ensure_namespace(client, ns).await?;
             }
             // An example the cluster cannot take (e.g. a kind it does not serve) is reported;
             // the rest is still applied.
             if let Err(e) = apply(client, value, Patience::None).await {
-                eprintln!("tenantplane up: skipping {origin}: {e}");
+                eprintln!("tenantplane up: skipping {origin}: {e:#}");
             }
         }
     }
@@ -503,6 +513,23 @@ async fn ensure_namespace(client: &kube::Client, name: &str) -> anyhow::Result<(
         Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
         Err(e) => Err(e).with_context(|| format!("creating namespace {name}")),
     }
+}
+
+/// Where a kind goes in the order examples are applied: the kinds others refer to (namespaces,
+/// service accounts, secrets and config maps, claims) before the workloads that use them, as
+/// Helm orders an install.
+fn apply_order(kind: &str) -> usize {
+    const ORDER: [&str; 8] = [
+        "Namespace",
+        "CustomResourceDefinition",
+        "ServiceAccount",
+        "Secret",
+        "ConfigMap",
+        "PersistentVolumeClaim",
+        "Service",
+        "Endpoints",
+    ];
+    ORDER.iter().position(|k| *k == kind).unwrap_or(ORDER.len())
 }
 
 /// Whether to wait for an object's kind to be served.
