@@ -51,7 +51,8 @@
 #   Disabled on the TENANT cluster only: endpoints-controller,
 #   endpointslice-controller and endpointslice-mirroring-controller.
 #   tenantplane writes a tenant Service's Endpoints from the host's (as
-#   vcluster-style syncers do); a tenant endpoints controller would fight it.
+#   vcluster-style syncers do) and leaves those another manager keeps; without
+#   a tenant endpoints controller, the e2e suite sees its own writes.
 #   `start --host-endpoints off` disables them on the host too, for tests that
 #   play the host's endpoints controller themselves (they create the host
 #   Endpoints of a selector Service, which a running controller has already
@@ -173,8 +174,8 @@ Usage:
       No scheduler and no kubelet: pods stay Pending.
       The tenant's kube-controller-manager runs WITHOUT the endpoints,
       endpointslice and endpointslice-mirroring controllers: tenantplane
-      writes a tenant Service's Endpoints from the host's, and a tenant
-      endpoints controller would fight it. The host runs them, unless
+      writes a tenant Service's Endpoints from the host's (and leaves those a
+      tenant endpoints controller keeps). The host runs them, unless
         --host-endpoints off   (default on) for tests that write the host
                                Endpoints of selector Services themselves.
 

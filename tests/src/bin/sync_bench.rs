@@ -33,8 +33,55 @@
 //! time on a fresh host and fresh tenants, first with the syncer exporting every span over OTLP
 //! to a receiver in this process, then with no exporter (`--rounds N` pairs, alternating which
 //! goes first), and the mean rates and the syncer's CPU per object of both are printed.
+//!
+//! # Real clusters (`--host-kubeconfig`)
+//!
+//! The same two measurements with a real kube-apiserver as the host and real tenant control
+//! planes, each API server a process of its own whose CPU is read from `/proc/PID/stat`:
+//!
+//! ```text
+//! bash tests/real-kube/real-kube.sh start --bin /work/realk8s/bin --state /work/realk8s/state-bench
+//! S=/work/realk8s/state-bench
+//! target/release/tenantplane-sync-bench --objects 2000 \
+//!   --host-kubeconfig $S/host.kubeconfig \
+//!   --host-pids $(cat $S/host/kube-apiserver.pid),$(cat $S/host/kine.pid) \
+//!   --tenant-kubeconfig $S/tenant.kubeconfig \
+//!   --tenant-pids $(cat $S/tenant/kube-apiserver.pid),$(cat $S/tenant/kine.pid)
+//! ```
+//!
+//! - `--host-pids`: the host kube-apiserver and its storage (kine or etcd); their summed CPU is
+//!   "the host API server's CPU". `--tenant-kubeconfig` is repeatable, one tenant control plane
+//!   per Tenant (a Tenant syncs every namespace of its control plane: never two Tenants on one),
+//!   and replaces `--tenants`; `--tenant-pids` (optional) are the tenant API servers and their
+//!   storage. The host must run no other syncer (it would serve the bench's Tenants too).
+//! - Everything the bench makes is named after a run id (`sync-bench-<id>`): the Tenants and
+//!   their kubeconfig Secrets, the raw namespace in the host, the namespace holding the bench
+//!   objects in each tenant control plane; the bench objects carry the label
+//!   `sync-bench-run=<id>`, and the arrival watches select it (other objects in the shared
+//!   clusters are not counted). All of it is deleted at the end: the Tenants while the syncer
+//!   still runs (it removes their host objects), then the namespaces, waited for until gone.
+//! - Raw writes: N ConfigMaps POSTed into the raw host namespace by `--clients` keep-alive
+//!   clients; the host CPU window runs from the first POST until the host watch has shown all N
+//!   (after an idle second, so the namespace's own start-up is not in it).
+//! - Synced backlog: the Tenants, their Secrets and the N tenant ConfigMaps exist before the
+//!   syncer starts (that setup's CPU is printed on its own, outside every window); the synced
+//!   rate is N over the time from the syncer's start until the host watch has shown all N; the
+//!   host CPU window runs from the syncer's start until all N arrived plus `--settle-secs` (the
+//!   Tenant status and aggregated Events of the last decisions), so it holds everything the
+//!   syncer makes the host do for them: discovery, lists and watches, the host namespace (and
+//!   what the host's controllers do in it), the creates, the Tenant status and finalizer.
+//! - The figures, all per-process CPU of the same run:
+//!   (a) host API server CPU per synced object ÷ its CPU per raw write (goal ≤ 1.1);
+//!   (b) syncer CPU per synced object ÷ host API server CPU per raw write (goal ≤ 0.25);
+//!   (c) synced rate ÷ raw rate, with a table of what every process used of the cores over each
+//!   phase (host, tenants, syncer, this process: planner, load generator and watches; the rest
+//!   of the machine from `/proc/stat`). The host's CPU while idle (3 s before the raw writes) is
+//!   printed, and (a) and (b) again with that idle rate taken out of both windows.
+//! - Host requests per synced object: `apiserver_request_total` (by verb and resource) and
+//!   `apiserver_watch_events_total` from the host's `/metrics`, read just outside the synced
+//!   window and the raw window, differences divided by N.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -43,13 +90,13 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use clap::Parser;
 use futures::{StreamExt, TryStreamExt};
-use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::Api;
 use kube::api::PostParams;
 use kube::runtime::watcher;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceResponse;
-use serde_json::json;
-use tenantplane_e2e::{SYSTEM_NAMESPACE, create, ensure_namespace, install_crds};
+use serde_json::{Value, json};
+use tenantplane_e2e::{Cluster, SYSTEM_NAMESPACE, create, ensure_namespace, install_crds};
 use tenantplane_local_apiserver::LocalApiServer;
 
 #[derive(Debug, Parser)]
@@ -77,6 +124,24 @@ struct Args {
     /// neither setting always runs first.
     #[arg(long, default_value_t = 1)]
     rounds: usize,
+    /// Real host cluster (its kubeconfig file) instead of local API servers in this process.
+    #[arg(long, requires_all = ["host_pids", "tenant_kubeconfig"])]
+    host_kubeconfig: Option<PathBuf>,
+    /// With --host-kubeconfig: the pids of the host kube-apiserver and its storage (kine, etcd),
+    /// comma-separated; their summed CPU is the host API server's.
+    #[arg(long, value_delimiter = ',')]
+    host_pids: Vec<u32>,
+    /// With --host-kubeconfig: a tenant control plane's kubeconfig file, one per Tenant
+    /// (repeatable; replaces --tenants).
+    #[arg(long)]
+    tenant_kubeconfig: Vec<PathBuf>,
+    /// With --host-kubeconfig: the pids of the tenant API servers and their storage (optional).
+    #[arg(long, value_delimiter = ',')]
+    tenant_pids: Vec<u32>,
+    /// Seconds after the last arrival before the syncer's RSS is read; on real clusters also
+    /// counted in the synced run's CPU window (Tenant status, aggregated Events).
+    #[arg(long, default_value_t = 2.0)]
+    settle_secs: f64,
 }
 
 /// The OTLP receiver of `--compare-tracing`: the trace service of the OpenTelemetry collector
@@ -165,6 +230,102 @@ where
     }
 }
 
+/// The label that marks the bench objects of one run on real clusters (their host copies keep
+/// it).
+const RUN_LABEL: &str = "sync-bench-run";
+const TENANT_API: &str = "tenantplane.io/v1alpha1";
+
+/// CPU seconds used so far by the processes the bench reads, and the busy time of the machine.
+#[derive(Clone, Copy, Debug, Default)]
+struct Usage {
+    /// The host API server: the sum over `--host-pids` (locally it is this process).
+    host: f64,
+    /// The tenant API servers: the sum over `--tenant-pids`.
+    tenant: f64,
+    /// The syncer child process.
+    syncer: f64,
+    /// This process: the planner, the load generator and the watches (locally, the API servers).
+    bench: f64,
+    /// Every core of the machine (`/proc/stat`).
+    machine: f64,
+}
+
+impl std::ops::Sub for Usage {
+    type Output = Usage;
+
+    fn sub(self, o: Usage) -> Usage {
+        Usage {
+            host: self.host - o.host,
+            tenant: self.tenant - o.tenant,
+            syncer: self.syncer - o.syncer,
+            bench: self.bench - o.bench,
+            machine: self.machine - o.machine,
+        }
+    }
+}
+
+impl std::ops::Add for Usage {
+    type Output = Usage;
+
+    fn add(self, o: Usage) -> Usage {
+        Usage {
+            host: self.host + o.host,
+            tenant: self.tenant + o.tenant,
+            syncer: self.syncer + o.syncer,
+            bench: self.bench + o.bench,
+            machine: self.machine + o.machine,
+        }
+    }
+}
+
+/// The processes whose CPU the bench reads.
+#[derive(Clone, Debug, Default)]
+struct Meter {
+    host: Vec<u32>,
+    tenant: Vec<u32>,
+    syncer: Option<u32>,
+}
+
+/// A point in time and the CPU used until then.
+#[derive(Clone, Copy, Debug)]
+struct Mark {
+    at: Instant,
+    usage: Usage,
+}
+
+/// What ran on the cores over one phase: its wall time and each one's CPU seconds.
+#[derive(Clone, Copy, Debug, Default)]
+struct Phase {
+    secs: f64,
+    used: Usage,
+}
+
+impl Meter {
+    fn mark(&self) -> Mark {
+        let sum = |pids: &[u32]| pids.iter().filter_map(|&p| cpu_secs(p)).sum();
+        Mark {
+            at: Instant::now(),
+            usage: Usage {
+                host: sum(&self.host),
+                tenant: sum(&self.tenant),
+                syncer: self.syncer.and_then(cpu_secs).unwrap_or(0.0),
+                bench: cpu_secs(std::process::id()).unwrap_or(0.0),
+                machine: machine_busy_secs().unwrap_or(0.0),
+            },
+        }
+    }
+}
+
+impl Mark {
+    /// The phase from `earlier` to this mark.
+    fn since(&self, earlier: &Mark) -> Phase {
+        Phase {
+            secs: (self.at - earlier.at).as_secs_f64(),
+            used: self.usage - earlier.usage,
+        }
+    }
+}
+
 /// What one synced run measured.
 struct Figures {
     /// Synced objects/s: over the time from the syncer's start (backlog) or from the first tenant
@@ -180,10 +341,25 @@ struct Figures {
     rss_peak_kib: u64,
     /// N, the objects synced.
     objects: f64,
-    /// CPU seconds the syncer used from its start until the last host object arrived.
-    syncer_cpu: f64,
-    /// CPU seconds this process (API servers, planner, load generator, watch) used in that time.
-    process_cpu: f64,
+    /// Before the syncer starts: the Tenants, their Secrets, the tenant namespaces and (backlog)
+    /// the tenant objects are created.
+    setup: Phase,
+    /// From the syncer's start until the last host object arrived.
+    synced: Phase,
+    /// From then on for `--settle-secs`.
+    settle: Phase,
+    /// The host's requests and watch events over `synced` and `settle` (real clusters).
+    requests: Option<Counts>,
+}
+
+/// The raw writes.
+struct Raw {
+    rate: f64,
+    secs: f64,
+    /// From the first request until the host watch has shown all N.
+    phase: Phase,
+    /// The host's requests and watch events over `phase` (real clusters).
+    requests: Option<Counts>,
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
@@ -216,37 +392,292 @@ fn cpu_secs(pid: u32) -> Option<f64> {
     Some(ticks as f64 / 100.0)
 }
 
-fn cm(ns: &str, name: &str) -> ConfigMap {
+/// Busy time of all the machine's cores so far, in seconds: the first line of `/proc/stat`
+/// (USER_HZ ticks) without idle and iowait.
+fn machine_busy_secs() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let ticks: Vec<u64> = stat
+        .lines()
+        .next()?
+        .split_whitespace()
+        .skip(1)
+        .take(8)
+        .map(|t| t.parse().unwrap_or(0))
+        .collect();
+    // user nice system idle iowait irq softirq steal
+    let busy: u64 = ticks
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i != 3 && *i != 4)
+        .map(|(_, t)| t)
+        .sum();
+    Some(busy as f64 / 100.0)
+}
+
+/// The labels of the bench objects: `app=bench`, and on real clusters the run's label.
+fn bench_labels(run: Option<&str>) -> Value {
+    match run {
+        Some(run) => json!({"app": "bench", RUN_LABEL: run}),
+        None => json!({"app": "bench"}),
+    }
+}
+
+/// `base`, narrowed to the run's objects on real clusters.
+fn run_selector(base: &str, run: Option<&str>) -> String {
+    match run {
+        Some(run) => format!("{base},{RUN_LABEL}={run}"),
+        None => base.to_string(),
+    }
+}
+
+fn cm(ns: &str, name: &str, labels: &Value) -> ConfigMap {
     serde_json::from_value(json!({"apiVersion": "v1", "kind": "ConfigMap",
-        "metadata": {"name": name, "namespace": ns, "labels": {"app": "bench"}},
+        "metadata": {"name": name, "namespace": ns, "labels": labels},
         "data": {"key": "value", "name": name}}))
     .expect("a valid ConfigMap")
 }
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
-    let args = Args::parse();
-    let host = LocalApiServer::builder().start().await?;
-    let host_client = host.client().await?;
+/// A fresh local API server in this process.
+async fn local_cluster(context: &str) -> anyhow::Result<Cluster> {
+    let server = LocalApiServer::builder().start().await?;
+    Ok(Cluster {
+        client: server.client().await?,
+        kubeconfig: server.kubeconfig(context),
+        server: Some(server),
+    })
+}
 
-    // 1. Raw write rate of plain clients to the host API server.
-    ensure_namespace(&host_client, "raw").await?;
-    let raw_arrivals =
-        watch_arrivals(Api::namespaced(host_client.clone(), "raw"), "app=bench").await?;
-    let start = Instant::now();
-    let cpu_before = cpu_secs(std::process::id()).unwrap_or(0.0);
-    create_configmaps(
-        (0..args.objects).map(|i| (host_client.clone(), "raw", format!("raw-{i}"))),
-        args.clients,
-    )
-    .await?;
-    let raw_arrivals = all_arrived(&raw_arrivals, args.objects).await?;
-    let last = raw_arrivals.values().max().copied().unwrap_or(start);
-    let raw_secs = (last - start).as_secs_f64();
-    let raw_rate = args.objects as f64 / raw_secs;
-    let raw_cpu = cpu_secs(std::process::id()).unwrap_or(0.0) - cpu_before;
+/// The real cluster of a kubeconfig file.
+async fn real_cluster(path: &std::path::Path) -> anyhow::Result<Cluster> {
+    let kubeconfig =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    Ok(Cluster {
+        client: tenantplane_syncer::host_client(Some(&kubeconfig)).await?,
+        kubeconfig,
+        server: None,
+    })
+}
 
-    // 2. The system: planner on loopback, tenants, the syncer as a child process.
+/// A short id naming what one run makes in shared clusters.
+fn run_id() -> String {
+    let id = uuid::Uuid::now_v7().simple().to_string();
+    id[id.len() - 6..].to_string()
+}
+
+/// The clusters of one synced run.
+struct Bed {
+    host: Cluster,
+    /// The host kubeconfig file the syncer reads (real clusters; locally one is written).
+    host_kubeconfig: Option<PathBuf>,
+    /// Per Tenant: its name and its control plane.
+    tenants: Vec<(String, Cluster)>,
+    /// The namespace of the bench objects in every tenant control plane.
+    namespace: String,
+    /// On real clusters: the id naming the Tenants and namespaces and labelling the objects.
+    run: Option<String>,
+}
+
+impl Bed {
+    /// A fresh local host and `tenants` fresh local tenant control planes.
+    async fn local(tenants: usize) -> anyhow::Result<Bed> {
+        let host = local_cluster("host").await?;
+        let mut planes = Vec::new();
+        for t in 0..tenants {
+            planes.push((format!("bench{t}"), local_cluster("tenant").await?));
+        }
+        Ok(Bed {
+            host,
+            host_kubeconfig: None,
+            tenants: planes,
+            namespace: "bench".into(),
+            run: None,
+        })
+    }
+
+    /// The real clusters of `args`, under a fresh run id.
+    async fn real(args: &Args, host_kubeconfig: &std::path::Path) -> anyhow::Result<Bed> {
+        let run = run_id();
+        let mut planes = Vec::new();
+        for (t, path) in args.tenant_kubeconfig.iter().enumerate() {
+            planes.push((format!("sync-bench-{run}-{t}"), real_cluster(path).await?));
+        }
+        Ok(Bed {
+            host: real_cluster(host_kubeconfig).await?,
+            host_kubeconfig: Some(host_kubeconfig.to_path_buf()),
+            tenants: planes,
+            namespace: format!("sync-bench-{run}"),
+            run: Some(run),
+        })
+    }
+
+    /// The CRDs and the system namespace in the host; per tenant, the bench namespace in its
+    /// control plane, and its kubeconfig Secret and Tenant in the host.
+    async fn register(&self) -> anyhow::Result<()> {
+        install_crds(&self.host.client).await?;
+        ensure_namespace(&self.host.client, SYSTEM_NAMESPACE).await?;
+        for (name, plane) in &self.tenants {
+            ensure_namespace(&plane.client, &self.namespace).await?;
+            create(
+                &self.host.client,
+                json!({"apiVersion": "v1", "kind": "Secret",
+                "metadata": {"name": name, "namespace": SYSTEM_NAMESPACE},
+                "stringData": {"config": plane.kubeconfig}}),
+            )
+            .await?;
+            create(&self.host.client, json!({"apiVersion": TENANT_API, "kind": "Tenant",
+                "metadata": {"name": name},
+                "spec": {"controlPlane": {"kubeconfigSecret": {"namespace": SYSTEM_NAMESPACE, "name": name, "key": "config"}}}}))
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// Deletes what a run on real clusters made (nothing locally): the Tenants first, waiting
+    /// while the syncer, if it still runs, removes their host objects and releases them; then
+    /// their Secrets and the namespaces, waiting until these are gone, so that the next run starts
+    /// on quiet clusters. Idempotent.
+    async fn remove(&self, objects: usize) -> anyhow::Result<()> {
+        if self.run.is_none() {
+            return Ok(());
+        }
+        let host = &self.host.client;
+        for (name, _) in &self.tenants {
+            tenantplane_e2e::delete(host, TENANT_API, "Tenant", None, name).await?;
+        }
+        let deadline = Instant::now() + Duration::from_secs(60 + objects as u64 / 50);
+        for (name, _) in &self.tenants {
+            while tenantplane_e2e::get(host, TENANT_API, "Tenant", None, name)
+                .await
+                .is_some()
+            {
+                if Instant::now() > deadline {
+                    // No syncer cleaning up: release the Tenant (its host namespace goes below).
+                    let release = json!({"metadata": {"finalizers": null}});
+                    let _ = tenantplane_e2e::merge(host, TENANT_API, "Tenant", None, name, release)
+                        .await;
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            tenantplane_e2e::delete(host, "v1", "Secret", Some(SYSTEM_NAMESPACE), name).await?;
+        }
+        let mut gone = Vec::new();
+        for (name, plane) in &self.tenants {
+            gone.push(delete_namespace(host, format!("tenant-{name}")));
+            gone.push(delete_namespace(&plane.client, self.namespace.clone()));
+        }
+        futures::future::try_join_all(gone).await?;
+        Ok(())
+    }
+}
+
+/// Deletes a namespace and waits until it is gone (at most 10 minutes).
+async fn delete_namespace(client: &kube::Client, name: String) -> anyhow::Result<()> {
+    tenantplane_e2e::delete(client, "v1", "Namespace", None, &name).await?;
+    let api: Api<Namespace> = Api::all(client.clone());
+    let deadline = Instant::now() + Duration::from_secs(600);
+    while api.get_opt(&name).await?.is_some() {
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "namespace {name} still there 10 minutes after its deletion"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    Ok(())
+}
+
+/// Counters of the host API server's `/metrics`: `apiserver_request_total` by verb, resource
+/// and (unless 2xx) code, and `apiserver_watch_events_total` by resource.
+type Counts = BTreeMap<String, f64>;
+
+async fn host_counts(client: &kube::Client) -> anyhow::Result<Counts> {
+    let text = client
+        .request_text(http::Request::get("/metrics").body(Vec::new())?)
+        .await
+        .context("reading the host API server's /metrics")?;
+    Ok(parse_counts(&text))
+}
+
+fn parse_counts(text: &str) -> Counts {
+    let mut counts = Counts::new();
+    for line in text.lines() {
+        let Some((series, value)) = line.rsplit_once(' ') else {
+            continue;
+        };
+        let Some((metric, labels)) = series.split_once('{') else {
+            continue;
+        };
+        if metric != "apiserver_request_total" && metric != "apiserver_watch_events_total" {
+            continue;
+        }
+        let label = |key: &str| {
+            labels
+                .trim_end_matches('}')
+                .split("\",")
+                .find_map(|kv| kv.strip_prefix(key)?.strip_prefix("=\""))
+                .map_or("", |v| v.trim_end_matches('"'))
+        };
+        let resource = match (label("group"), label("resource"), label("subresource")) {
+            // A non-resource URL; the bench's own reads of /metrics are left out.
+            (_, "", "/metrics") => continue,
+            (_, "", path) => path.to_string(),
+            (group, resource, sub) => {
+                let mut r = resource.to_string();
+                if !group.is_empty() {
+                    r = format!("{r}.{group}");
+                }
+                if !sub.is_empty() {
+                    r = format!("{r}/{sub}");
+                }
+                r
+            }
+        };
+        let key = match label("code") {
+            _ if metric == "apiserver_watch_events_total" => {
+                format!("watch events sent: {resource}")
+            }
+            code if code.starts_with('2') => format!("{} {resource}", label("verb")),
+            code => format!("{} {resource} ({code})", label("verb")),
+        };
+        *counts.entry(key).or_default() += value.parse::<f64>().unwrap_or(0.0);
+    }
+    counts
+}
+
+/// The counters' growth since `before`.
+fn counts_since(after: Counts, before: &Counts) -> Counts {
+    after
+        .into_iter()
+        .map(|(k, v)| {
+            let d = v - before.get(&k).copied().unwrap_or(0.0);
+            (k, d)
+        })
+        .filter(|(_, d)| *d > 0.0)
+        .collect()
+}
+
+/// The host's counters now, when `counting` (real clusters).
+async fn counts_if(client: &kube::Client, counting: bool) -> anyhow::Result<Option<Counts>> {
+    Ok(if counting {
+        Some(host_counts(client).await?)
+    } else {
+        None
+    })
+}
+
+/// The counters' growth since `before`, when counting.
+async fn counted_since(
+    client: &kube::Client,
+    before: Option<Counts>,
+) -> anyhow::Result<Option<Counts>> {
+    Ok(match before {
+        Some(b) => Some(counts_since(host_counts(client).await?, &b)),
+        None => None,
+    })
+}
+
+/// The planner service on loopback, in this process.
+async fn start_planner() -> anyhow::Result<std::net::SocketAddr> {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let planner_addr = listener.local_addr()?;
     tokio::spawn(
@@ -254,24 +685,140 @@ async fn main() -> anyhow::Result<()> {
             .add_service(tenantplane_grpc::PlannerService::new().into_server())
             .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
     );
+    Ok(planner_addr)
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let meter = Meter {
+        host: args.host_pids.clone(),
+        tenant: args.tenant_pids.clone(),
+        syncer: None,
+    };
+    let Some(path) = &args.host_kubeconfig else {
+        let host = local_cluster("host").await?;
+        ensure_namespace(&host.client, "raw").await?;
+        return bench(&args, &meter, &host, "raw", None).await;
+    };
+    for pid in args.host_pids.iter().chain(&args.tenant_pids) {
+        anyhow::ensure!(cpu_secs(*pid).is_some(), "no process {pid}");
+    }
+    let host = real_cluster(path).await?;
+    install_crds(&host.client).await?;
+    let others = tenantplane_e2e::list(&host.client, TENANT_API, "Tenant", None).await?;
+    if !others.is_empty() {
+        println!(
+            "warning: the host has {} Tenants already; a syncer serves them all, and their \
+             objects are in the figures",
+            others.len()
+        );
+    }
+    let run = run_id();
+    let namespace = format!("sync-bench-raw-{run}");
+    ensure_namespace(&host.client, &namespace).await?;
+    let outcome = bench(&args, &meter, &host, &namespace, Some(&run)).await;
+    delete_namespace(&host.client, namespace).await?;
+    outcome
+}
+
+/// The raw writes of `args.objects` ConfigMaps into `namespace` of `host`.
+async fn raw_writes(
+    args: &Args,
+    meter: &Meter,
+    host: &kube::Client,
+    namespace: &str,
+    run: Option<&str>,
+) -> anyhow::Result<Raw> {
+    let raw_arrivals = watch_arrivals(
+        Api::namespaced(host.clone(), namespace),
+        &run_selector("app=bench", run),
+    )
+    .await?;
+    let counts = counts_if(host, run.is_some()).await?;
+    let start = meter.mark();
+    create_configmaps(
+        (0..args.objects).map(|i| (host.clone(), namespace.to_string(), format!("raw-{i}"))),
+        &bench_labels(run),
+        args.clients,
+    )
+    .await?;
+    let raw_arrivals = all_arrived(&raw_arrivals, args.objects).await?;
+    let end = meter.mark();
+    let last = raw_arrivals.values().max().copied().unwrap_or(start.at);
+    let secs = (last - start.at).as_secs_f64();
+    Ok(Raw {
+        rate: args.objects as f64 / secs,
+        secs,
+        phase: end.since(&start),
+        requests: counted_since(host, counts).await?,
+    })
+}
+
+/// The raw writes, then the synced run(s), printed; `run` is the run id on real clusters.
+async fn bench(
+    args: &Args,
+    meter: &Meter,
+    host: &Cluster,
+    raw_namespace: &str,
+    run: Option<&str>,
+) -> anyhow::Result<()> {
+    // The host at rest (real clusters), after a second for the raw namespace's start-up.
+    let idle = match run {
+        Some(_) => {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            let from = meter.mark();
+            tokio::time::sleep(Duration::from_secs(3)).await;
+            Some(meter.mark().since(&from))
+        }
+        None => None,
+    };
+    // 1. Raw write rate of plain clients to the host API server.
+    let raw = raw_writes(args, meter, &host.client, raw_namespace, run).await?;
+
+    // 2. The system: planner on loopback, tenants, the syncer as a child process.
+    let planner_addr = start_planner().await?;
+    let tenants = match run {
+        Some(_) => args.tenant_kubeconfig.len(),
+        None => args.tenants,
+    };
     println!(
         "objects: {}  tenants: {}  clients: {}",
-        args.objects, args.tenants, args.clients
+        args.objects, tenants, args.clients
     );
-    println!("raw host writes:   {raw_rate:8.0} objects/s ({raw_secs:.2} s)");
-    let raw_cpu_per_object = raw_cpu / args.objects as f64;
     println!(
-        "  CPU per object: {:.0} µs (load generator, host API server and watch, all in this process)",
-        raw_cpu_per_object * 1e6
+        "raw host writes:   {:8.0} objects/s ({:.2} s)",
+        raw.rate, raw.secs
     );
+    let raw_cpu_per_object = raw.phase.used.bench / args.objects as f64;
+    if let Some(run) = run {
+        println!(
+            "real clusters, run {run}: host {}, tenant control planes {:?}",
+            args.host_kubeconfig
+                .as_ref()
+                .map_or(String::new(), |p| p.display().to_string()),
+            args.tenant_kubeconfig
+        );
+    } else {
+        println!(
+            "  CPU per object: {:.0} µs (load generator, host API server and watch, all in this process)",
+            raw_cpu_per_object * 1e6
+        );
+    }
+    let report = |label: &str, run: &Figures| {
+        print_run(label, args.live, run, raw.rate, raw_cpu_per_object);
+        if let Some(idle) = &idle {
+            print_real(args, idle, &raw, run);
+        }
+    };
     if !args.compare_tracing {
-        let run = synced_run(&args, planner_addr, None).await?;
+        let run = synced_run(args, meter, planner_addr, None).await?;
         let label = if args.live {
             "synced live"
         } else {
             "synced backlog"
         };
-        print_run(label, args.live, &run, raw_rate, raw_cpu_per_object);
+        report(label, &run);
         return Ok(());
     }
     let spans = SpanCounter::default();
@@ -287,23 +834,17 @@ async fn main() -> anyhow::Result<()> {
     for round in 0..args.rounds.max(1) {
         for exported in [round % 2 == 1, round % 2 == 0] {
             let otlp = exported.then(|| format!("http://{otlp_addr}"));
-            let run = synced_run(&args, planner_addr, otlp).await?;
+            let run = synced_run(args, meter, planner_addr, otlp).await?;
             let setting = if exported {
                 "tracing exported"
             } else {
                 "tracing off"
             };
-            print_run(
-                &format!("round {round}, {setting}"),
-                args.live,
-                &run,
-                raw_rate,
-                raw_cpu_per_object,
-            );
+            report(&format!("round {round}, {setting}"), &run);
             let figures = (
                 run.rate,
-                run.syncer_cpu / run.objects,
-                run.process_cpu / run.objects,
+                run.synced.used.syncer / run.objects,
+                run.synced.used.bench / run.objects,
             );
             if exported {
                 traced.push(figures);
@@ -393,17 +934,18 @@ async fn all_arrived(
     }
 }
 
-/// Creates the ConfigMaps `(client, namespace, name)`, `clients` at a time; when each create
-/// was sent, by name.
+/// Creates the ConfigMaps `(client, namespace, name)` labelled `labels`, `clients` at a time;
+/// when each create was sent, by name.
 async fn create_configmaps(
-    objects: impl Iterator<Item = (kube::Client, &'static str, String)>,
+    objects: impl Iterator<Item = (kube::Client, String, String)>,
+    labels: &Value,
     clients: usize,
 ) -> anyhow::Result<HashMap<String, Instant>> {
     let sent = futures::stream::iter(objects)
         .map(|(client, namespace, name)| async move {
             let at = Instant::now();
-            Api::<ConfigMap>::namespaced(client, namespace)
-                .create(&PostParams::default(), &cm(namespace, &name))
+            Api::<ConfigMap>::namespaced(client, &namespace)
+                .create(&PostParams::default(), &cm(&namespace, &name, labels))
                 .await?;
             Ok::<_, kube::Error>((name, at))
         })
@@ -445,7 +987,13 @@ fn print_run(label: &str, live: bool, run: &Figures, raw_rate: f64, raw_cpu_per_
         run.rss_now_kib as f64 / 1024.0,
         run.rss_peak_kib as f64 / 1024.0
     );
-    let (syncer, process) = (run.syncer_cpu / run.objects, run.process_cpu / run.objects);
+    if run.requests.is_some() {
+        return;
+    }
+    let (syncer, process) = (
+        run.synced.used.syncer / run.objects,
+        run.synced.used.bench / run.objects,
+    );
     println!(
         "  CPU per object: syncer {:.0} µs, this process {:.0} µs (API servers, planner, watch); \
          raw / synced {:.2}",
@@ -455,42 +1003,162 @@ fn print_run(label: &str, live: bool, run: &Figures, raw_rate: f64, raw_cpu_per_
     );
 }
 
-/// Syncs `args.objects` ConfigMaps over `args.tenants` fresh tenants into a fresh host, the
-/// syncer exporting spans to `otlp` when given.
+/// The figures of a run on real clusters: (a), (b), (c), the absolute numbers, how the cores
+/// were shared and the host requests per object.
+fn print_real(args: &Args, idle: &Phase, raw: &Raw, run: &Figures) {
+    let n = run.objects;
+    let ms = |secs: f64| secs * 1e3 / n;
+    let window = Phase {
+        secs: run.synced.secs + run.settle.secs,
+        used: run.settle.used + run.synced.used,
+    };
+    let host_raw = raw.phase.used.host;
+    let host_synced = window.used.host;
+    let idle_rate = idle.used.host / idle.secs;
+    let (raw_busy, synced_busy) = (
+        host_raw - idle_rate * raw.phase.secs,
+        host_synced - idle_rate * window.secs,
+    );
+    println!(
+        "  host CPU window of the synced run: the syncer's start -> all {n} arrived ({:.2} s) + \
+         {:.2} s settle (Tenant status, aggregated Events) = {:.2} s; of the raw writes: the first \
+         POST -> all arrived ({:.2} s); the setup before the syncer starts is in neither",
+        run.synced.secs, run.settle.secs, window.secs, raw.phase.secs
+    );
+    println!(
+        "  host API server (pids {:?}) CPU: {:.3} ms per raw write, {:.3} ms per synced object \
+         ({:.3} ms until all arrived, {:.3} ms in the settle); at rest it uses {:.1} ms/s",
+        args.host_pids,
+        ms(host_raw),
+        ms(host_synced),
+        ms(run.synced.used.host),
+        ms(run.settle.used.host),
+        idle_rate * 1e3
+    );
+    println!(
+        "  syncer CPU: {:.3} ms per synced object; this process (planner, watches): {:.3} ms",
+        ms(window.used.syncer),
+        ms(window.used.bench)
+    );
+    if !args.tenant_pids.is_empty() {
+        println!(
+            "  tenant API servers (pids {:?}) CPU: {:.3} ms per synced object; {:.3} ms per \
+             object in the setup (the tenant creates)",
+            args.tenant_pids,
+            ms(window.used.tenant),
+            ms(run.setup.used.tenant)
+        );
+    }
+    println!(
+        "  (a) host CPU per synced object / per raw write: {:.2} (goal <= 1.1); the host's CPU \
+         at rest taken out of both windows: {:.2}",
+        host_synced / host_raw,
+        synced_busy / raw_busy
+    );
+    println!(
+        "  (b) syncer CPU per synced object / host CPU per raw write: {:.2} (goal <= 0.25); at \
+         rest taken out: {:.2}",
+        window.used.syncer / host_raw,
+        window.used.syncer / raw_busy
+    );
+    println!(
+        "  (c) synced rate / raw rate: {:.2} ({:.0} / {:.0} objects/s)",
+        run.rate / raw.rate,
+        run.rate,
+        raw.rate
+    );
+    let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
+    println!(
+        "  the {cores} cores over each phase, CPU seconds (rest: every other process of the \
+         machine; idle: wall x {cores} - busy):"
+    );
+    println!(
+        "    {:<34} {:>7} {:>8} {:>8} {:>7} {:>7} {:>7} {:>7}",
+        "phase", "wall s", "host", "tenants", "syncer", "bench", "rest", "idle"
+    );
+    for (name, p) in [
+        ("at rest (before the raw writes)", idle),
+        ("raw writes", &raw.phase),
+        ("setup: Tenants, tenant objects", &run.setup),
+        ("synced: syncer start -> arrived", &run.synced),
+        ("synced: settle", &run.settle),
+    ] {
+        let u = &p.used;
+        println!(
+            "    {name:<34} {:>7.2} {:>8.2} {:>8.2} {:>7.2} {:>7.2} {:>7.2} {:>7.2}",
+            p.secs,
+            u.host,
+            u.tenant,
+            u.syncer,
+            u.bench,
+            u.machine - u.host - u.tenant - u.syncer - u.bench,
+            p.secs * cores as f64 - u.machine
+        );
+    }
+    let (Some(synced), Some(raw)) = (&run.requests, &raw.requests) else {
+        return;
+    };
+    println!(
+        "  host requests and watch events (host /metrics) per object, synced window vs raw window:"
+    );
+    let mut keys: Vec<&String> = synced.keys().chain(raw.keys()).collect();
+    keys.sort_by(|a, b| {
+        let count = |k: &String| synced.get(k).or(raw.get(k)).copied().unwrap_or(0.0);
+        count(b).total_cmp(&count(a)).then(a.cmp(b))
+    });
+    keys.dedup();
+    for key in keys {
+        let (s, r) = (
+            synced.get(key).copied().unwrap_or(0.0),
+            raw.get(key).copied().unwrap_or(0.0),
+        );
+        println!(
+            "    {key:<58} {s:>7.0} {:>8.4} /obj   raw {r:>7.0} {:>8.4} /obj",
+            s / n,
+            r / n
+        );
+    }
+}
+
+/// Syncs `args.objects` ConfigMaps over fresh tenants into a host (a fresh local one, or the real
+/// host under a fresh run id), the syncer exporting spans to `otlp` when given.
 async fn synced_run(
     args: &Args,
+    meter: &Meter,
     planner_addr: std::net::SocketAddr,
     otlp: Option<String>,
 ) -> anyhow::Result<Figures> {
-    let host = LocalApiServer::builder().start().await?;
-    let host_client = host.client().await?;
-    install_crds(&host_client).await?;
-    ensure_namespace(&host_client, SYSTEM_NAMESPACE).await?;
-    let mut tenant_servers = Vec::new();
-    let mut tenant_clients = Vec::new();
-    for t in 0..args.tenants {
-        let server = LocalApiServer::builder().start().await?;
-        let client = server.client().await?;
-        ensure_namespace(&client, "bench").await?;
-        let name = format!("bench{t}");
-        create(
-            &host_client,
-            json!({"apiVersion": "v1", "kind": "Secret",
-            "metadata": {"name": name, "namespace": SYSTEM_NAMESPACE},
-            "stringData": {"config": server.kubeconfig("tenant")}}),
-        )
-        .await?;
-        create(&host_client, json!({"apiVersion": "tenantplane.io/v1alpha1", "kind": "Tenant",
-            "metadata": {"name": name},
-            "spec": {"controlPlane": {"kubeconfigSecret": {"namespace": SYSTEM_NAMESPACE, "name": name, "key": "config"}}}}))
-            .await?;
-        tenant_servers.push(server);
-        tenant_clients.push(client);
-    }
+    let bed = match &args.host_kubeconfig {
+        Some(path) => Bed::real(args, path).await?,
+        None => Bed::local(args.tenants).await?,
+    };
+    let outcome = sync_bed(args, &bed, meter, planner_addr, otlp).await;
+    bed.remove(args.objects).await?;
+    outcome
+}
+
+async fn sync_bed(
+    args: &Args,
+    bed: &Bed,
+    meter: &Meter,
+    planner_addr: std::net::SocketAddr,
+    otlp: Option<String>,
+) -> anyhow::Result<Figures> {
+    let setup_start = meter.mark();
+    bed.register().await?;
+    let host_client = bed.host.client.clone();
+    let real = bed.run.is_some();
     let dir = std::env::temp_dir().join(format!("tenantplane-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
-    let host_kubeconfig = dir.join("host.kubeconfig");
-    host.write_kubeconfig(&host_kubeconfig, "host")?;
+    let host_kubeconfig = match &bed.host_kubeconfig {
+        Some(path) => path.clone(),
+        None => {
+            let path = dir.join("host.kubeconfig");
+            std::fs::write(&path, &bed.host.kubeconfig)
+                .with_context(|| format!("writing kubeconfig {}", path.display()))?;
+            path
+        }
+    };
     let syncer_bin = match &args.syncer {
         Some(p) => p.clone(),
         None => std::env::current_exe()?
@@ -498,24 +1166,34 @@ async fn synced_run(
             .context("no parent directory")?
             .join("tenantplane-syncer"),
     };
+    let labels = bench_labels(bed.run.as_deref());
     let tenant_objects = || {
         (0..args.objects).map(|i| {
             (
-                tenant_clients[i % args.tenants].clone(),
-                "bench",
+                bed.tenants[i % bed.tenants.len()].1.client.clone(),
+                bed.namespace.clone(),
                 format!("o{i}"),
             )
         })
     };
     if !args.live {
-        create_configmaps(tenant_objects(), args.clients).await?;
+        create_configmaps(tenant_objects(), &labels, args.clients).await?;
     }
 
-    let arrivals =
-        watch_arrivals(Api::all(host_client.clone()), "tenantplane.io/managed=true").await?;
+    let arrivals = watch_arrivals(
+        Api::all(host_client.clone()),
+        &run_selector("tenantplane.io/managed=true", bed.run.as_deref()),
+    )
+    .await?;
+    if real {
+        // What the setup set off (watch events, the controllers of the shared clusters) is not
+        // the syncer's.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    let counts = counts_if(&host_client, real).await?;
 
-    let syncer_started = Instant::now();
-    let process_cpu_before = cpu_secs(std::process::id()).unwrap_or(0.0);
+    let syncer_start = meter.mark();
+    let syncer_started = syncer_start.at;
     let mut command = tokio::process::Command::new(&syncer_bin);
     match &otlp {
         Some(endpoint) => command.env("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint),
@@ -535,6 +1213,10 @@ async fn synced_run(
         .spawn()
         .with_context(|| format!("starting {} (build it first)", syncer_bin.display()))?;
     let pid = syncer.id().context("syncer pid")?;
+    let meter = Meter {
+        syncer: Some(pid),
+        ..meter.clone()
+    };
     let rss_peak = Arc::new(AtomicU64::new(0));
     {
         let rss_peak = rss_peak.clone();
@@ -548,14 +1230,11 @@ async fn synced_run(
 
     let (start, created) = if args.live {
         // Wait until every tenant's host namespace exists (the tenants are served).
-        let ns_api: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(host_client.clone());
-        for t in 0..args.tenants {
+        let ns_api: Api<Namespace> = Api::all(host_client.clone());
+        for (name, _) in &bed.tenants {
             let deadline = Instant::now() + Duration::from_secs(60);
-            while ns_api.get_opt(&format!("tenant-bench{t}")).await?.is_none() {
-                anyhow::ensure!(
-                    Instant::now() < deadline,
-                    "tenant bench{t} was never served"
-                );
+            while ns_api.get_opt(&format!("tenant-{name}")).await?.is_none() {
+                anyhow::ensure!(Instant::now() < deadline, "tenant {name} was never served");
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
         }
@@ -563,15 +1242,14 @@ async fn synced_run(
         let start = Instant::now();
         (
             start,
-            create_configmaps(tenant_objects(), args.clients).await?,
+            create_configmaps(tenant_objects(), &labels, args.clients).await?,
         )
     } else {
         (syncer_started, HashMap::new())
     };
     let created_secs = start.elapsed().as_secs_f64();
     let arrivals = all_arrived(&arrivals, args.objects).await?;
-    let syncer_cpu = cpu_secs(pid).unwrap_or(0.0);
-    let process_cpu = cpu_secs(std::process::id()).unwrap_or(0.0) - process_cpu_before;
+    let arrived = meter.mark();
     let last = arrivals.values().max().copied().unwrap_or(start);
     let first = arrivals.values().min().copied().unwrap_or(start);
     let sync_secs = (last - start).as_secs_f64();
@@ -579,18 +1257,21 @@ async fn synced_run(
         .iter()
         .filter_map(|(name, at)| {
             arrivals
-                .get(&format!("{name}-x-bench"))
+                .get(&format!("{name}-x-{}", bed.namespace))
                 .map(|a| a.saturating_duration_since(*at))
         })
         .collect();
     latencies.sort();
     // Let the Events and Tenant status of the last decisions go out before reading the RSS.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    tokio::time::sleep(Duration::from_secs_f64(args.settle_secs)).await;
+    let settled = meter.mark();
+    let requests = counted_since(&host_client, counts).await?;
     let rss_now = rss_kib(pid).unwrap_or(0);
     let rss_peak = rss_peak.load(Ordering::Relaxed);
+    // On real clusters the Tenants go while the syncer runs: it removes their host objects.
+    bed.remove(args.objects).await?;
     syncer.kill().await.ok();
     let _ = std::fs::remove_dir_all(&dir);
-    drop(tenant_servers);
     Ok(Figures {
         rate: args.objects as f64 / sync_secs,
         secs: sync_secs,
@@ -603,7 +1284,9 @@ async fn synced_run(
         rss_now_kib: rss_now,
         rss_peak_kib: rss_peak,
         objects: args.objects as f64,
-        syncer_cpu,
-        process_cpu,
+        setup: syncer_start.since(&setup_start),
+        synced: arrived.since(&syncer_start),
+        settle: settled.since(&arrived),
+        requests,
     })
 }
