@@ -197,16 +197,27 @@ async fn each_decision_is_one_span_with_the_planner_compiler_and_host_calls_as_c
 
     // Wait for the log to settle: every object decided, nothing new for a while.
     let store = tenantplane_decision_log::open(&log_url).await.unwrap();
-    let entries = |store: Arc<dyn tenantplane_decision_log::DecisionStore>, t: String| async move {
-        let filter = Filter {
-            tenant: Some(t),
-            ..Filter::default()
-        };
-        store
-            .query(Query::new(filter, 10_000))
-            .await
-            .unwrap()
-            .entries
+    // This test's objects: its namespace's and the IsolationProfile's (a shared real tenant
+    // control plane also holds other runs' namespaces, which the Tenant syncs too).
+    let ours = {
+        let ns = ns.clone();
+        move |namespace: &str| namespace == ns || namespace.is_empty()
+    };
+    let entries = |store: Arc<dyn tenantplane_decision_log::DecisionStore>, t: String| {
+        let ours = ours.clone();
+        async move {
+            let filter = Filter {
+                tenant: Some(t),
+                ..Filter::default()
+            };
+            let mut entries = store
+                .query(Query::new(filter, 10_000))
+                .await
+                .unwrap()
+                .entries;
+            entries.retain(|e| ours(&e.decision.subject.namespace));
+            entries
+        }
     };
     let seen = Arc::new(std::sync::atomic::AtomicUsize::new(usize::MAX));
     let decisions: Vec<Entry> = eventually("the decision log to settle", || {
@@ -233,6 +244,7 @@ async fn each_decision_is_one_span_with_the_planner_compiler_and_host_calls_as_c
         .filter(|s| {
             s.name == "tenantplane.sync.decision"
                 && attribute(s, "tenantplane.tenant").as_deref() == Some(t.as_str())
+                && ours(&attribute(s, "tenantplane.subject.namespace").unwrap_or_default())
         })
         .collect();
     assert_eq!(
