@@ -1387,6 +1387,23 @@ fn object_name(reference: Option<&k8s_openapi::api::core::v1::ObjectReference>) 
     reference.and_then(|r| r.name.as_deref())
 }
 
+/// The names of the objects of `api` that a field selector selects, sorted.
+async fn sorted_names<K>(api: Api<K>, field_selector: String) -> Vec<String>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let mut names: Vec<String> = api
+        .list(&ListParams::default().fields(&field_selector))
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .map(ResourceExt::name_any)
+        .collect();
+    names.sort();
+    names
+}
+
 #[tokio::test]
 async fn core_and_events_api_events_are_one_store() {
     use k8s_openapi::api::core::v1::Event as CoreEvent;
@@ -1510,36 +1527,8 @@ async fn core_and_events_api_events_are_one_store() {
         other => panic!("expected old-style through the events.k8s.io watch, got {other:?}"),
     }
 
-    let names_core = |selector: &str| {
-        let (core, lp) = (core.clone(), ListParams::default().fields(selector));
-        async move {
-            let mut names: Vec<String> = core
-                .list(&lp)
-                .await
-                .unwrap()
-                .items
-                .iter()
-                .map(ResourceExt::name_any)
-                .collect();
-            names.sort();
-            names
-        }
-    };
-    let names_events = |selector: &str| {
-        let (events, lp) = (events.clone(), ListParams::default().fields(selector));
-        async move {
-            let mut names: Vec<String> = events
-                .list(&lp)
-                .await
-                .unwrap()
-                .items
-                .iter()
-                .map(ResourceExt::name_any)
-                .collect();
-            names.sort();
-            names
-        }
-    };
+    let names_core = |selector: &str| sorted_names(core.clone(), selector.to_string());
+    let names_events = |selector: &str| sorted_names(events.clone(), selector.to_string());
     let both = ["new-style", "old-style"];
     // Plain lists may hold Events a real cluster's controllers wrote too.
     for listed in [names_core("").await, names_events("").await] {
