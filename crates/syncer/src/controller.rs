@@ -165,8 +165,8 @@ impl Context {
     }
 
     /// The Tenant's ledger and the recorder of its controller's decisions (isolation, discovery),
-    /// started on first use. The ledger continues
-    /// from the counts the Tenant's status already shows (see [`TenantLedger::continuing`]).
+    /// started on first use. The ledger continues from the counts the Tenant's status already
+    /// shows (see [`TenantLedger::continuing`]).
     async fn books(&self, tenant: &Tenant) -> (TenantLedger, DecisionRecorder) {
         let mut books = self.books.lock().await;
         let name = tenant.name().to_string();

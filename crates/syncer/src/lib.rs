@@ -14,7 +14,8 @@
 //!
 //! Layers, least powerful first: [`reconcile`] is pure (tenant object, plan, host object →
 //! decision and host write) and tested without a cluster; [`record`] is the one place a decision
-//! is recorded; [`tenant`] wires watches, the work queue and workers of one tenant;
+//! is recorded; [`discovery`] finds the kinds a Tenant's policy syncs in its control plane, one
+//! API group version at a time; [`tenant`] wires watches, the work queue and workers of one tenant;
 //! [`controller`] runs the Tenant controller; [`run`] wires everything from a [`Config`].
 //! [`trace`] opens one span per decision and [`metrics`] counts and times them. [`shard`] splits
 //! the Tenants between several replicas through Leases.
