@@ -42,7 +42,7 @@
 //! ```text
 //! bash tests/real-kube/real-kube.sh start --bin /work/realk8s/bin --state /work/realk8s/state-bench
 //! S=/work/realk8s/state-bench
-//! target/release/tenantplane-sync-bench --objects 2000 \
+//! target/release/tenantplane-sync-bench --objects 8000 \
 //!   --host-kubeconfig $S/host.kubeconfig \
 //!   --host-pids $(cat $S/host/kube-apiserver.pid),$(cat $S/host/kine.pid) \
 //!   --tenant-kubeconfig $S/tenant.kubeconfig \
@@ -77,9 +77,15 @@
 //!   phase (host, tenants, syncer, this process: planner, load generator and watches; the rest
 //!   of the machine from `/proc/stat`). The host's CPU while idle (3 s before the raw writes) is
 //!   printed, and (a) and (b) again with that idle rate taken out of both windows.
+//!   (c) is also set beside the machine's busy CPU per object (raw over synced): what the
+//!   cores allow when the synced side needs more CPU in all (tenant API servers included).
 //! - Host requests per synced object: `apiserver_request_total` (by verb and resource) and
 //!   `apiserver_watch_events_total` from the host's `/metrics`, read just outside the synced
-//!   window and the raw window, differences divided by N.
+//!   window and the raw window, differences divided by N (series under 10 in both summed in
+//!   one line); the tenant control planes' series of at least 0.01 per object likewise.
+//! - `--live` and `--compare-tracing` work the same way (each synced run with Tenants and
+//!   namespaces of its own); the local mode's "CPU per object" lines are not printed, the figures
+//!   above are.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
@@ -98,6 +104,15 @@ use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceResponse
 use serde_json::{Value, json};
 use tenantplane_e2e::{Cluster, SYSTEM_NAMESPACE, create, ensure_namespace, install_crds};
 use tenantplane_local_apiserver::LocalApiServer;
+
+/// `println!` that never panics: a closed stdout (the bench piped into `head`) must not stop it
+/// before it has removed what it made in shared clusters.
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout(), $($arg)*);
+    }};
+}
 
 #[derive(Debug, Parser)]
 struct Args {
@@ -350,6 +365,8 @@ struct Figures {
     settle: Phase,
     /// The host's requests and watch events over `synced` and `settle` (real clusters).
     requests: Option<Counts>,
+    /// The same of the tenant control planes.
+    tenant_requests: Option<Counts>,
 }
 
 /// The raw writes.
@@ -458,7 +475,7 @@ async fn real_cluster(path: &std::path::Path) -> anyhow::Result<Cluster> {
     })
 }
 
-/// A short id naming what one run makes in shared clusters.
+/// A short id naming what one run of the bench makes in shared clusters.
 fn run_id() -> String {
     let id = uuid::Uuid::now_v7().simple().to_string();
     id[id.len() - 6..].to_string()
@@ -494,9 +511,12 @@ impl Bed {
         })
     }
 
-    /// The real clusters of `args`, under a fresh run id.
-    async fn real(args: &Args, host_kubeconfig: &std::path::Path) -> anyhow::Result<Bed> {
-        let run = run_id();
+    /// The real clusters of `args`, under the id `run`.
+    async fn real(
+        args: &Args,
+        host_kubeconfig: &std::path::Path,
+        run: &str,
+    ) -> anyhow::Result<Bed> {
         let mut planes = Vec::new();
         for (t, path) in args.tenant_kubeconfig.iter().enumerate() {
             planes.push((format!("sync-bench-{run}-{t}"), real_cluster(path).await?));
@@ -506,7 +526,7 @@ impl Bed {
             host_kubeconfig: Some(host_kubeconfig.to_path_buf()),
             tenants: planes,
             namespace: format!("sync-bench-{run}"),
-            run: Some(run),
+            run: Some(run.to_string()),
         })
     }
 
@@ -590,12 +610,19 @@ async fn delete_namespace(client: &kube::Client, name: String) -> anyhow::Result
 /// and (unless 2xx) code, and `apiserver_watch_events_total` by resource.
 type Counts = BTreeMap<String, f64>;
 
-async fn host_counts(client: &kube::Client) -> anyhow::Result<Counts> {
-    let text = client
-        .request_text(http::Request::get("/metrics").body(Vec::new())?)
-        .await
-        .context("reading the host API server's /metrics")?;
-    Ok(parse_counts(&text))
+/// The counters of the API servers of `clients`, summed.
+async fn api_counts(clients: &[kube::Client]) -> anyhow::Result<Counts> {
+    let mut sum = Counts::new();
+    for client in clients {
+        let text = client
+            .request_text(http::Request::get("/metrics").body(Vec::new())?)
+            .await
+            .context("reading an API server's /metrics")?;
+        for (key, n) in parse_counts(&text) {
+            *sum.entry(key).or_default() += n;
+        }
+    }
+    Ok(sum)
 }
 
 fn parse_counts(text: &str) -> Counts {
@@ -656,10 +683,10 @@ fn counts_since(after: Counts, before: &Counts) -> Counts {
         .collect()
 }
 
-/// The host's counters now, when `counting` (real clusters).
-async fn counts_if(client: &kube::Client, counting: bool) -> anyhow::Result<Option<Counts>> {
+/// The counters of `clients` now, when `counting` (real clusters).
+async fn counts_if(clients: &[kube::Client], counting: bool) -> anyhow::Result<Option<Counts>> {
     Ok(if counting {
-        Some(host_counts(client).await?)
+        Some(api_counts(clients).await?)
     } else {
         None
     })
@@ -667,11 +694,11 @@ async fn counts_if(client: &kube::Client, counting: bool) -> anyhow::Result<Opti
 
 /// The counters' growth since `before`, when counting.
 async fn counted_since(
-    client: &kube::Client,
+    clients: &[kube::Client],
     before: Option<Counts>,
 ) -> anyhow::Result<Option<Counts>> {
     Ok(match before {
-        Some(b) => Some(counts_since(host_counts(client).await?, &b)),
+        Some(b) => Some(counts_since(api_counts(clients).await?, &b)),
         None => None,
     })
 }
@@ -708,7 +735,7 @@ async fn main() -> anyhow::Result<()> {
     install_crds(&host.client).await?;
     let others = tenantplane_e2e::list(&host.client, TENANT_API, "Tenant", None).await?;
     if !others.is_empty() {
-        println!(
+        out!(
             "warning: the host has {} Tenants already; a syncer serves them all, and their \
              objects are in the figures",
             others.len()
@@ -735,7 +762,8 @@ async fn raw_writes(
         &run_selector("app=bench", run),
     )
     .await?;
-    let counts = counts_if(host, run.is_some()).await?;
+    let hosts = std::slice::from_ref(host);
+    let counts = counts_if(hosts, run.is_some()).await?;
     let start = meter.mark();
     create_configmaps(
         (0..args.objects).map(|i| (host.clone(), namespace.to_string(), format!("raw-{i}"))),
@@ -751,7 +779,7 @@ async fn raw_writes(
         rate: args.objects as f64 / secs,
         secs,
         phase: end.since(&start),
-        requests: counted_since(host, counts).await?,
+        requests: counted_since(hosts, counts).await?,
     })
 }
 
@@ -782,17 +810,20 @@ async fn bench(
         Some(_) => args.tenant_kubeconfig.len(),
         None => args.tenants,
     };
-    println!(
+    out!(
         "objects: {}  tenants: {}  clients: {}",
-        args.objects, tenants, args.clients
+        args.objects,
+        tenants,
+        args.clients
     );
-    println!(
+    out!(
         "raw host writes:   {:8.0} objects/s ({:.2} s)",
-        raw.rate, raw.secs
+        raw.rate,
+        raw.secs
     );
     let raw_cpu_per_object = raw.phase.used.bench / args.objects as f64;
     if let Some(run) = run {
-        println!(
+        out!(
             "real clusters, run {run}: host {}, tenant control planes {:?}",
             args.host_kubeconfig
                 .as_ref()
@@ -800,7 +831,7 @@ async fn bench(
             args.tenant_kubeconfig
         );
     } else {
-        println!(
+        out!(
             "  CPU per object: {:.0} µs (load generator, host API server and watch, all in this process)",
             raw_cpu_per_object * 1e6
         );
@@ -812,7 +843,7 @@ async fn bench(
         }
     };
     if !args.compare_tracing {
-        let run = synced_run(args, meter, planner_addr, None).await?;
+        let run = synced_run(args, meter, run.map(str::to_string), planner_addr, None).await?;
         let label = if args.live {
             "synced live"
         } else {
@@ -834,7 +865,8 @@ async fn bench(
     for round in 0..args.rounds.max(1) {
         for exported in [round % 2 == 1, round % 2 == 0] {
             let otlp = exported.then(|| format!("http://{otlp_addr}"));
-            let run = synced_run(args, meter, planner_addr, otlp).await?;
+            let id = run.map(|r| format!("{r}-{round}{}", u8::from(exported)));
+            let run = synced_run(args, meter, id, planner_addr, otlp).await?;
             let setting = if exported {
                 "tracing exported"
             } else {
@@ -856,18 +888,18 @@ async fn bench(
     let mean = |v: &[(f64, f64, f64)], pick: fn(&(f64, f64, f64)) -> f64| {
         v.iter().map(pick).sum::<f64>() / v.len() as f64
     };
-    println!(
+    out!(
         "spans received by the OTLP receiver: {}",
         spans.0.load(Ordering::Relaxed)
     );
     let (traced_rate, plain_rate) = (mean(&traced, |f| f.0), mean(&plain, |f| f.0));
-    println!(
+    out!(
         "mean: tracing off {plain_rate:.0} objects/s, tracing exported {traced_rate:.0} objects/s; \
          tracing overhead {:.1}%",
         (1.0 - traced_rate / plain_rate) * 100.0
     );
     let (traced_cpu, plain_cpu) = (mean(&traced, |f| f.1), mean(&plain, |f| f.1));
-    println!(
+    out!(
         "mean syncer CPU per object: tracing off {:.0} µs, tracing exported {:.0} µs (+{:.1}%); \
          this process (receiving the spans too): {:.0} µs and {:.0} µs",
         plain_cpu * 1e6,
@@ -958,7 +990,7 @@ async fn create_configmaps(
 fn print_run(label: &str, live: bool, run: &Figures, raw_rate: f64, raw_cpu_per_object: f64) {
     if live {
         let create_rate = run.latencies.len() as f64 / run.lead_secs;
-        println!(
+        out!(
             "{label}: {:8.0} objects/s arrived on the host over {:.2} s; the tenant creates ran \
              at {create_rate:.0} objects/s ({:.2} s); arrivals / creates {:.2}",
             run.rate,
@@ -966,14 +998,14 @@ fn print_run(label: &str, live: bool, run: &Figures, raw_rate: f64, raw_cpu_per_
             run.lead_secs,
             run.rate / create_rate
         );
-        println!(
+        out!(
             "  latency tenant create -> host present: p50 {:?}  p99 {:?}  max {:?}",
             percentile(&run.latencies, 0.5),
             percentile(&run.latencies, 0.99),
             run.latencies.last().copied().unwrap_or_default()
         );
     } else {
-        println!(
+        out!(
             "{label}: {:8.0} objects/s ({:.2} s from the syncer's start; first host object after \
              {:.2} s); ratio to raw {:.2}",
             run.rate,
@@ -982,7 +1014,7 @@ fn print_run(label: &str, live: bool, run: &Figures, raw_rate: f64, raw_cpu_per_
             run.rate / raw_rate
         );
     }
-    println!(
+    out!(
         "  syncer RSS: {:.1} MiB at the end, {:.1} MiB peak",
         run.rss_now_kib as f64 / 1024.0,
         run.rss_peak_kib as f64 / 1024.0
@@ -994,7 +1026,7 @@ fn print_run(label: &str, live: bool, run: &Figures, raw_rate: f64, raw_cpu_per_
         run.synced.used.syncer / run.objects,
         run.synced.used.bench / run.objects,
     );
-    println!(
+    out!(
         "  CPU per object: syncer {:.0} µs, this process {:.0} µs (API servers, planner, watch); \
          raw / synced {:.2}",
         syncer * 1e6,
@@ -1019,13 +1051,16 @@ fn print_real(args: &Args, idle: &Phase, raw: &Raw, run: &Figures) {
         host_raw - idle_rate * raw.phase.secs,
         host_synced - idle_rate * window.secs,
     );
-    println!(
+    out!(
         "  host CPU window of the synced run: the syncer's start -> all {n} arrived ({:.2} s) + \
          {:.2} s settle (Tenant status, aggregated Events) = {:.2} s; of the raw writes: the first \
          POST -> all arrived ({:.2} s); the setup before the syncer starts is in neither",
-        run.synced.secs, run.settle.secs, window.secs, raw.phase.secs
+        run.synced.secs,
+        run.settle.secs,
+        window.secs,
+        raw.phase.secs
     );
-    println!(
+    out!(
         "  host API server (pids {:?}) CPU: {:.3} ms per raw write, {:.3} ms per synced object \
          ({:.3} ms until all arrived, {:.3} ms in the settle); at rest it uses {:.1} ms/s",
         args.host_pids,
@@ -1035,13 +1070,13 @@ fn print_real(args: &Args, idle: &Phase, raw: &Raw, run: &Figures) {
         ms(run.settle.used.host),
         idle_rate * 1e3
     );
-    println!(
+    out!(
         "  syncer CPU: {:.3} ms per synced object; this process (planner, watches): {:.3} ms",
         ms(window.used.syncer),
         ms(window.used.bench)
     );
     if !args.tenant_pids.is_empty() {
-        println!(
+        out!(
             "  tenant API servers (pids {:?}) CPU: {:.3} ms per synced object; {:.3} ms per \
              object in the setup (the tenant creates)",
             args.tenant_pids,
@@ -1049,32 +1084,43 @@ fn print_real(args: &Args, idle: &Phase, raw: &Raw, run: &Figures) {
             ms(run.setup.used.tenant)
         );
     }
-    println!(
+    out!(
         "  (a) host CPU per synced object / per raw write: {:.2} (goal <= 1.1); the host's CPU \
          at rest taken out of both windows: {:.2}",
         host_synced / host_raw,
         synced_busy / raw_busy
     );
-    println!(
+    out!(
         "  (b) syncer CPU per synced object / host CPU per raw write: {:.2} (goal <= 0.25); at \
          rest taken out: {:.2}",
         window.used.syncer / host_raw,
         window.used.syncer / raw_busy
     );
-    println!(
-        "  (c) synced rate / raw rate: {:.2} ({:.0} / {:.0} objects/s)",
+    out!(
+        "  (c) synced rate / raw rate: {:.2} ({:.0} / {:.0} objects/s); the machine's busy CPU \
+         per object: raw {:.3} ms, synced {:.3} ms, so its cores allow at most {:.2}",
         run.rate / raw.rate,
         run.rate,
-        raw.rate
+        raw.rate,
+        ms(raw.phase.used.machine),
+        ms(window.used.machine),
+        raw.phase.used.machine / window.used.machine
     );
     let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
-    println!(
+    out!(
         "  the {cores} cores over each phase, CPU seconds (rest: every other process of the \
          machine; idle: wall x {cores} - busy):"
     );
-    println!(
+    out!(
         "    {:<34} {:>7} {:>8} {:>8} {:>7} {:>7} {:>7} {:>7}",
-        "phase", "wall s", "host", "tenants", "syncer", "bench", "rest", "idle"
+        "phase",
+        "wall s",
+        "host",
+        "tenants",
+        "syncer",
+        "bench",
+        "rest",
+        "idle"
     );
     for (name, p) in [
         ("at rest (before the raw writes)", idle),
@@ -1084,7 +1130,7 @@ fn print_real(args: &Args, idle: &Phase, raw: &Raw, run: &Figures) {
         ("synced: settle", &run.settle),
     ] {
         let u = &p.used;
-        println!(
+        out!(
             "    {name:<34} {:>7.2} {:>8.2} {:>8.2} {:>7.2} {:>7.2} {:>7.2} {:>7.2}",
             p.secs,
             u.host,
@@ -1095,10 +1141,23 @@ fn print_real(args: &Args, idle: &Phase, raw: &Raw, run: &Figures) {
             p.secs * cores as f64 - u.machine
         );
     }
+    if let Some(tenant) = &run.tenant_requests {
+        let mut top: Vec<(&String, &f64)> =
+            tenant.iter().filter(|(_, c)| **c >= n / 100.0).collect();
+        top.sort_by(|a, b| b.1.total_cmp(a.1));
+        let top: Vec<String> = top
+            .iter()
+            .map(|(k, c)| format!("{k} {:.3}", *c / n))
+            .collect();
+        out!(
+            "  tenant control planes per synced object (>= 0.01), synced window: {}",
+            top.join(", ")
+        );
+    }
     let (Some(synced), Some(raw)) = (&run.requests, &raw.requests) else {
         return;
     };
-    println!(
+    out!(
         "  host requests and watch events (host /metrics) per object, synced window vs raw window:"
     );
     let mut keys: Vec<&String> = synced.keys().chain(raw.keys()).collect();
@@ -1107,30 +1166,43 @@ fn print_real(args: &Args, idle: &Phase, raw: &Raw, run: &Figures) {
         count(b).total_cmp(&count(a)).then(a.cmp(b))
     });
     keys.dedup();
+    // The rest: one-off requests (start-up lists and watches, the host namespace, status).
+    let (mut rest, mut rest_synced, mut rest_raw) = (0, 0.0, 0.0);
     for key in keys {
         let (s, r) = (
             synced.get(key).copied().unwrap_or(0.0),
             raw.get(key).copied().unwrap_or(0.0),
         );
-        println!(
+        if s.max(r) < 10.0 {
+            (rest, rest_synced, rest_raw) = (rest + 1, rest_synced + s, rest_raw + r);
+            continue;
+        }
+        out!(
             "    {key:<58} {s:>7.0} {:>8.4} /obj   raw {r:>7.0} {:>8.4} /obj",
             s / n,
             r / n
         );
     }
+    out!(
+        "    {:<58} {rest_synced:>7.0} {:>8.4} /obj   raw {rest_raw:>7.0} {:>8.4} /obj",
+        format!("{rest} other series, each < 10"),
+        rest_synced / n,
+        rest_raw / n
+    );
 }
 
 /// Syncs `args.objects` ConfigMaps over fresh tenants into a host (a fresh local one, or the real
-/// host under a fresh run id), the syncer exporting spans to `otlp` when given.
+/// host, naming what it makes after `run`), the syncer exporting spans to `otlp` when given.
 async fn synced_run(
     args: &Args,
     meter: &Meter,
+    run: Option<String>,
     planner_addr: std::net::SocketAddr,
     otlp: Option<String>,
 ) -> anyhow::Result<Figures> {
-    let bed = match &args.host_kubeconfig {
-        Some(path) => Bed::real(args, path).await?,
-        None => Bed::local(args.tenants).await?,
+    let bed = match (&args.host_kubeconfig, run) {
+        (Some(path), Some(run)) => Bed::real(args, path, &run).await?,
+        _ => Bed::local(args.tenants).await?,
     };
     let outcome = sync_bed(args, &bed, meter, planner_addr, otlp).await;
     bed.remove(args.objects).await?;
@@ -1190,7 +1262,10 @@ async fn sync_bed(
         // the syncer's.
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
-    let counts = counts_if(&host_client, real).await?;
+    let counts = counts_if(std::slice::from_ref(&host_client), real).await?;
+    let tenant_clients: Vec<kube::Client> =
+        bed.tenants.iter().map(|(_, p)| p.client.clone()).collect();
+    let tenant_counts = counts_if(&tenant_clients, real).await?;
 
     let syncer_start = meter.mark();
     let syncer_started = syncer_start.at;
@@ -1265,7 +1340,8 @@ async fn sync_bed(
     // Let the Events and Tenant status of the last decisions go out before reading the RSS.
     tokio::time::sleep(Duration::from_secs_f64(args.settle_secs)).await;
     let settled = meter.mark();
-    let requests = counted_since(&host_client, counts).await?;
+    let requests = counted_since(std::slice::from_ref(&host_client), counts).await?;
+    let tenant_requests = counted_since(&tenant_clients, tenant_counts).await?;
     let rss_now = rss_kib(pid).unwrap_or(0);
     let rss_peak = rss_peak.load(Ordering::Relaxed);
     // On real clusters the Tenants go while the syncer runs: it removes their host objects.
@@ -1288,5 +1364,6 @@ async fn sync_bed(
         synced: arrived.since(&syncer_start),
         settle: settled.since(&arrived),
         requests,
+        tenant_requests,
     })
 }
