@@ -40,8 +40,8 @@
 //! planes, each API server a process of its own whose CPU is read from `/proc/PID/stat`:
 //!
 //! ```text
-//! bash tests/real-kube/real-kube.sh start --bin /work/realk8s/bin --state /work/realk8s/state-bench
-//! S=/work/realk8s/state-bench
+//! bash tests/real-kube/real-kube.sh start --bin /path/to/bin --state /path/to/state-bench
+//! S=/path/to/state-bench
 //! target/release/tenantplane-sync-bench --objects 8000 \
 //!   --host-kubeconfig $S/host.kubeconfig \
 //!   --host-pids $(cat $S/host/kube-apiserver.pid),$(cat $S/host/kine.pid) \
