@@ -28,6 +28,7 @@ use k8s_openapi::api::{
 };
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{DeleteOptions, ObjectMeta};
+use k8s_openapi::kube_aggregator::pkg::apis::apiregistration;
 use schemars::generate::{SchemaGenerator, SchemaSettings};
 use schemars::{JsonSchema, Schema};
 use serde_json::{Map, Value, json};
@@ -96,6 +97,7 @@ static BUILTIN_SCHEMAS: &[BuiltinSchema] = &builtin_schemas![
     rbac::v1::ClusterRoleBinding,
     autoscaling::v2::HorizontalPodAutoscaler,
     discovery::v1::EndpointSlice,
+    apiregistration::v1::APIService,
     authorization::v1::SelfSubjectAccessReview,
     authorization::v1::SelfSubjectRulesReview,
     authorization::v1::SubjectAccessReview,
