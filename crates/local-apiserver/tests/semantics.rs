@@ -1630,6 +1630,32 @@ async fn events_api_validates_more_than_core_events() {
             .map(|d| d.causes.iter().map(|c| c.field.clone()).collect())
             .unwrap_or_default()
     };
+    // An events.k8s.io/v1 Event with every field that API requires.
+    let new_style = |name: &str, event_time: &str| {
+        json!({
+            "metadata": {"name": name},
+            "eventTime": event_time,
+            "reportingController": "semantics.tenantplane.io/test",
+            "reportingInstance": "test-1",
+            "action": "Check",
+            "reason": "Checked",
+            "type": "Normal",
+            "regarding": subject,
+        })
+    };
+    let refused_by_events_api = |event: Value| {
+        let events = events.clone();
+        async move {
+            status(
+                events
+                    .create(
+                        &PostParams::default(),
+                        &serde_json::from_value(event).unwrap(),
+                    )
+                    .await,
+            )
+        }
+    };
 
     let old_style = json!({
         "metadata": {"name": "legacy"},
@@ -1638,14 +1664,7 @@ async fn events_api_validates_more_than_core_events() {
         "note": "no eventTime",
         "type": "Normal",
     });
-    let refused = status(
-        events
-            .create(
-                &PostParams::default(),
-                &serde_json::from_value(old_style).unwrap(),
-            )
-            .await,
-    );
+    let refused = refused_by_events_api(old_style).await;
     assert_eq!((refused.code, refused.reason.as_str()), (422, "Invalid"));
     // Both APIs validate the internal Event, whose group is the core one.
     assert_eq!(
@@ -1671,25 +1690,9 @@ async fn events_api_validates_more_than_core_events() {
         .await
         .expect("core/v1 takes Events without eventTime");
 
-    let deprecated = json!({
-        "metadata": {"name": "deprecated"},
-        "eventTime": "2024-01-02T03:04:05.000000Z",
-        "reportingController": "semantics.tenantplane.io/test",
-        "reportingInstance": "test-1",
-        "action": "Check",
-        "reason": "Checked",
-        "type": "Normal",
-        "regarding": subject,
-        "deprecatedCount": 3,
-    });
-    let refused = status(
-        events
-            .create(
-                &PostParams::default(),
-                &serde_json::from_value(deprecated).unwrap(),
-            )
-            .await,
-    );
+    let mut deprecated = new_style("deprecated", "2024-01-02T03:04:05.000000Z");
+    deprecated["deprecatedCount"] = json!(3);
+    let refused = refused_by_events_api(deprecated).await;
     assert_eq!(fields(&refused), ["count"]);
     assert!(
         refused
@@ -1699,16 +1702,7 @@ async fn events_api_validates_more_than_core_events() {
         refused.message
     );
 
-    let coarse_time = json!({
-        "metadata": {"name": "coarse"},
-        "eventTime": "2024-01-02T03:04:05Z",
-        "reportingController": "semantics.tenantplane.io/test",
-        "reportingInstance": "test-1",
-        "action": "Check",
-        "reason": "Checked",
-        "type": "Normal",
-        "regarding": subject,
-    });
+    let coarse_time = new_style("coarse", "2024-01-02T03:04:05Z");
     let request = axum::http::Request::builder()
         .method("POST")
         .uri(format!("/apis/events.k8s.io/v1/namespaces/{ns}/events"))
@@ -1747,24 +1741,8 @@ async fn events_api_validates_more_than_core_events() {
     )
     .await
     .expect("core/v1 Event names are path segments");
-    let odd_new = json!({
-        "metadata": {"name": "Odd_Name:2"},
-        "eventTime": "2024-01-02T03:04:05.000000Z",
-        "reportingController": "semantics.tenantplane.io/test",
-        "reportingInstance": "test-1",
-        "action": "Check",
-        "reason": "Checked",
-        "type": "Normal",
-        "regarding": subject,
-    });
-    let refused = status(
-        events
-            .create(
-                &PostParams::default(),
-                &serde_json::from_value(odd_new).unwrap(),
-            )
-            .await,
-    );
+    let refused =
+        refused_by_events_api(new_style("Odd_Name:2", "2024-01-02T03:04:05.000000Z")).await;
     assert_eq!(fields(&refused), ["metadata.name"]);
     target.cleanup(&ns).await;
 }
