@@ -20,7 +20,7 @@ pub mod tenant;
 
 pub use isolation_profile::{IsolationLevel, IsolationProfile, IsolationProfileSpec};
 pub use sync_policy::{SyncAction, SyncPolicy, SyncPolicySpec, SyncRule};
-pub use tenant::{Tenant, TenantSpec};
+pub use tenant::{MappingVersion, Tenant, TenantSpec};
 
 /// API group of every tenantplane resource.
 pub const GROUP: &str = "tenantplane.io";

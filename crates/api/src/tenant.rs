@@ -25,6 +25,7 @@ use serde::{Deserialize, Serialize};
     validation = Rule::new("has(self.spec.hostNamespace) || size(self.metadata.name) <= 56").message("a Tenant name longer than 56 characters needs an explicit spec.hostNamespace (the default 'tenant-<name>' must fit a 63-character namespace name)").field_path(".spec.hostNamespace"),
     validation = Rule::new("self.metadata.name.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$') && size(self.metadata.name) <= 63").message("a Tenant name must be a DNS-1123 label: it is written as a label value on every host object")
 )]
+#[x_kube(validation = Rule::new("!has(oldSelf.mappingVersion) || has(self.mappingVersion)").message("spec.mappingVersion cannot be removed once set: the tenant's host objects are named by it").field_path(".mappingVersion"))]
 #[serde(rename_all = "camelCase")]
 pub struct TenantSpec {
     /// Host namespace that receives this tenant's objects and isolation objects.
@@ -49,7 +50,60 @@ pub struct TenantSpec {
     /// When absent, no isolation objects are compiled (and the IsolationApplied condition says so).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub isolation_profile_ref: Option<String>,
+
+    /// The mapping scheme that names this tenant's host objects: `v1` or `v2` (injective).
+    /// Immutable once set: changing it would rename every host object. When absent, the syncer
+    /// sets it: `v2` for a new Tenant, `v1` for one an earlier syncer already served.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self == oldSelf").message("spec.mappingVersion is immutable: changing it would rename every host object of the tenant"))]
+    pub mapping_version: Option<MappingVersion>,
 }
+
+/// A version of the mapping scheme from tenant objects to host names, recorded on every host
+/// object (`tenantplane.io/mapping-version`).
+#[derive(
+    schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, Default,
+)]
+pub enum MappingVersion {
+    /// `<name>-x-<namespace>` wherever that is a valid name; two objects can share a host name
+    /// (`c/a-x-b` and `b-x-c/a`), which the syncer refuses as a Conflict.
+    #[serde(rename = "v1")]
+    V1,
+    /// Injective: the readable form only where it splits back uniquely, otherwise a hashed form
+    /// that can never equal a readable name.
+    #[default]
+    #[serde(rename = "v2")]
+    V2,
+}
+
+impl MappingVersion {
+    /// The version as written on host objects and in decisions.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MappingVersion::V1 => "v1",
+            MappingVersion::V2 => "v2",
+        }
+    }
+
+    /// Reads a version as written on host objects (`v1`, `v2`).
+    pub fn parse(text: &str) -> Option<MappingVersion> {
+        match text {
+            "v1" => Some(MappingVersion::V1),
+            "v2" => Some(MappingVersion::V2),
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Display for MappingVersion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The finalizer the syncer puts on every Tenant it serves (its host objects are removed before
+/// the Tenant goes).
+pub const FINALIZER: &str = "tenantplane.io/cleanup";
 
 /// Where the tenant control plane's kubeconfig lives in the host cluster.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
@@ -150,6 +204,25 @@ impl Tenant {
                 "tenant-{}",
                 self.metadata.name.as_deref().unwrap_or_default()
             ),
+        }
+    }
+
+    /// The mapping scheme of this tenant's host objects: `spec.mappingVersion`; when absent, `v1`
+    /// for a Tenant a syncer already served (it carries the [`FINALIZER`]: its host objects
+    /// were named by v1, the only scheme before v2) and `v2` for a new one.
+    pub fn mapping_version(&self) -> MappingVersion {
+        match self.spec.mapping_version {
+            Some(v) => v,
+            None if self
+                .metadata
+                .finalizers
+                .iter()
+                .flatten()
+                .any(|f| f == FINALIZER) =>
+            {
+                MappingVersion::V1
+            }
+            None => MappingVersion::V2,
         }
     }
 

@@ -88,6 +88,32 @@ pub fn check(
     let Some(existing) = existing else {
         return Collision::Create;
     };
+    let owned = owner_check(
+        tenant,
+        (source.group(), &source.kind),
+        (&source.namespace, &source.name, &source.uid),
+        existing,
+    );
+    let same_target = group_of(&existing.api_version) == group_of(&placement.api_version)
+        && existing.kind == placement.kind;
+    match owned {
+        Collision::UpdateOwn if !same_target => Collision::Conflict {
+            owner: format!("a {} of the same source", existing.kind),
+            differs: ConflictCause::OtherKind,
+        },
+        owned => owned,
+    }
+}
+
+/// Whether the host object `existing` was synced from the tenant object of `tenant` with this
+/// (API group, kind) and (namespace, name, uid; an empty uid matches any): `UpdateOwn` when it
+/// was, the Conflict that says whose it is otherwise.
+pub fn owner_check(
+    tenant: &str,
+    (group, kind): (&str, &str),
+    (namespace, name, uid): (&str, &str, &str),
+    existing: &HostObjectMeta,
+) -> Collision {
     let conflict = |differs: ConflictCause, owner: String| Collision::Conflict { owner, differs };
     let theirs = match provenance(&existing.labels, &existing.annotations) {
         Ok(p) => p,
@@ -105,17 +131,13 @@ pub fn check(
     if theirs.tenant != tenant {
         return conflict(ConflictCause::OtherTenant, owner);
     }
-    if group_of(&theirs.source.api_version) != source.group()
-        || theirs.source.kind != source.kind
-        || group_of(&existing.api_version) != group_of(&placement.api_version)
-        || existing.kind != placement.kind
-    {
+    if group_of(&theirs.source.api_version) != group || theirs.source.kind != kind {
         return conflict(ConflictCause::OtherKind, owner);
     }
-    if theirs.source.namespace != source.namespace || theirs.source.name != source.name {
+    if theirs.source.namespace != namespace || theirs.source.name != name {
         return conflict(ConflictCause::OtherSource, owner);
     }
-    if !theirs.source.uid.is_empty() && !source.uid.is_empty() && theirs.source.uid != source.uid {
+    if !theirs.source.uid.is_empty() && !uid.is_empty() && theirs.source.uid != uid {
         return conflict(
             ConflictCause::OtherUid,
             format!("{owner} (uid {})", theirs.source.uid),
@@ -138,6 +160,7 @@ mod tests {
         let t = TenantPlacement {
             tenant: tenant.into(),
             host_namespace: "h".into(),
+            mapping: crate::mapping::MappingVersion::V1,
         };
         let p = place(&t, &o);
         (o, p)

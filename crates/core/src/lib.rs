@@ -20,11 +20,12 @@ pub mod object;
 pub mod parallel;
 pub mod planner;
 pub mod policy;
+pub mod reference;
 pub mod translate;
 
 pub use collision::Collision;
 pub use decision::{Decision, Outcome};
-pub use mapping::{MAPPING_VERSION, Placement};
+pub use mapping::{MappingVersion, Placement};
 pub use object::{ObjectError, SourceIdentity, TenantObject};
 pub use planner::{Plan, Planner};
 pub use policy::{CompiledPolicy, PolicyError, Verdict};

@@ -1,18 +1,24 @@
 //! The deterministic mapping from a tenant object to its place in the host cluster.
 //!
-//! Scheme `v1`, computable by hand:
+//! The host namespace is the Tenant's `spec.hostNamespace`, default `tenant-<tenant name>`. The
+//! host name follows the Tenant's mapping scheme ([`MappingVersion`], recorded on every host
+//! object), both computable by hand:
 //!
-//! * host namespace: the Tenant's `spec.hostNamespace`, default `tenant-<tenant name>`;
-//! * host name: `<name>-x-<namespace>` when that is a valid name for the kind;
-//! * otherwise (too long, or characters the kind does not allow): a readable prefix, `-`, and
-//!   the first 10 characters of the lowercase base32 SHA-256 of the full source identity
-//!   `<tenant>/<group>/<kind>/<namespace>/<name>`, cut to the kind's limit.
+//! * `v1`: `<name>-x-<namespace>` when that is a valid name for the kind; otherwise (too long,
+//!   or characters the kind does not allow) the *hashed* form: a readable prefix, `-`, and the
+//!   first 10 characters of the lowercase base32 SHA-256 of the full source identity
+//!   `<tenant>/<group>/<kind>/<namespace>/<name>`, cut to the kind's limit. Readable names can
+//!   collide by construction (`a-x-b` in `c` and `a` in `b-x-c` both map to `a-x-b-x-c`).
+//! * `v2` (injective): `<name>-x-<namespace>` only when that is a valid name containing the
+//!   separator `-x-` exactly once (counting overlapping matches, so `a-x` + `-x-` + `b` counts
+//!   twice), so it splits back into exactly one (namespace, name); otherwise the hashed form,
+//!   whose prefix has every `-x-` folded to `-` and no trailing `-x`, so a hashed name never
+//!   contains the separator and can never equal a readable one. Two distinct objects of one
+//!   kind share a v2 host name only if their 50-bit identity hashes collide, and
+//!   [`crate::collision::check`] would still refuse that.
 //!
 //! Services and Endpoints (whose name must equal its Service's) are DNS-1035 labels of at most
 //! 63 characters; every other kind is a DNS-1123 subdomain of at most 253.
-//!
-//! Readable names can collide by construction (`a-x-b` in `c` and `a` in `b-x-c` both map to
-//! `a-x-b-x-c`); [`crate::collision::check`] detects that and the decision refuses it.
 //!
 //! The host object keeps the tenant's labels and annotations except the reserved
 //! `tenantplane.io/` keys, which are stripped (and listed in the decision) so that a tenant cannot
@@ -23,6 +29,7 @@ use std::collections::BTreeMap;
 use data_encoding::BASE32_NOPAD;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
+pub use tenantplane_api::MappingVersion;
 use tenantplane_api::{Tenant, provenance};
 
 use crate::object::{SourceIdentity, TenantObject, string_entries};
@@ -30,9 +37,6 @@ use crate::object::{SourceIdentity, TenantObject, string_entries};
 mod metadata;
 
 pub use metadata::MetadataMap;
-
-/// Version of the mapping scheme, recorded on every host object.
-pub const MAPPING_VERSION: &str = "v1";
 
 /// Separator between the name and the namespace in readable host names.
 pub const SEPARATOR: &str = "-x-";
@@ -100,6 +104,14 @@ pub enum HostNameForm {
     Hashed,
 }
 
+/// How many times the separator occurs in `s`, overlapping matches included (`a-x-x-b`: 2).
+fn separators_in(s: &str) -> usize {
+    s.as_bytes()
+        .windows(SEPARATOR.len())
+        .filter(|w| *w == SEPARATOR.as_bytes())
+        .count()
+}
+
 /// Where a tenant object lands in the host cluster, and the metadata that says where it came from.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -119,6 +131,8 @@ pub struct Placement {
     /// Annotations of the host object: the tenant's, minus reserved keys, plus provenance
     /// (without the decision id, which the decision that writes the object adds).
     pub annotations: MetadataMap,
+    /// The mapping scheme that placed it (the Tenant's).
+    pub mapping_version: MappingVersion,
     /// Reserved `tenantplane.io/` keys the tenant object carried, stripped from the host object.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub stripped_keys: Vec<String>,
@@ -131,6 +145,8 @@ pub struct TenantPlacement {
     pub tenant: String,
     /// Host namespace of every object of the tenant.
     pub host_namespace: String,
+    /// The tenant's mapping scheme.
+    pub mapping: MappingVersion,
 }
 
 impl From<&Tenant> for TenantPlacement {
@@ -138,13 +154,22 @@ impl From<&Tenant> for TenantPlacement {
         TenantPlacement {
             tenant: tenant.name().to_string(),
             host_namespace: tenant.host_namespace(),
+            mapping: tenant.mapping_version(),
         }
     }
 }
 
-/// The host name of a source object in a tenant (also used to rewrite references between objects:
-/// a Pod's ConfigMap reference maps through the same function).
+impl TenantPlacement {
+    /// The host name of an object of this tenant under its mapping scheme.
+    pub fn host_name(&self, group: &str, kind: &str, namespace: &str, name: &str) -> String {
+        host_name(self.mapping, &self.tenant, group, kind, namespace, name).0
+    }
+}
+
+/// The host name of a source object in a tenant under a mapping scheme (also used to rewrite
+/// references between objects: a Pod's ConfigMap reference maps through the same function).
 pub fn host_name(
+    version: MappingVersion,
     tenant: &str,
     group: &str,
     kind: &str,
@@ -156,7 +181,11 @@ pub fn host_name(
     readable.push_str(name);
     readable.push_str(SEPARATOR);
     readable.push_str(namespace);
-    if syntax.is_valid(&readable) {
+    let splits_back = match version {
+        MappingVersion::V1 => true,
+        MappingVersion::V2 => separators_in(&readable) == 1,
+    };
+    if splits_back && syntax.is_valid(&readable) {
         return (readable, HostNameForm::Readable);
     }
     let hash = identity_hash(tenant, group, kind, namespace, name);
@@ -166,6 +195,9 @@ pub fn host_name(
         prefix.insert(0, 'x');
         prefix.truncate(budget);
         trim_trailing_dashes(&mut prefix);
+    }
+    if version == MappingVersion::V2 {
+        without_separators(&mut prefix);
     }
     let name = if prefix.is_empty() {
         // Only reachable for Dns1123Subdomain with a name of no usable characters; the hash
@@ -199,6 +231,19 @@ fn sanitize(readable: &str, max: usize) -> String {
     out
 }
 
+/// Folds every separator in a hashed name's prefix to `-` and drops a trailing `-x`, so that
+/// `<prefix>-<hash>` never contains the separator (the hash has no dashes). Only shortens, and
+/// keeps the first character, so the prefix stays valid for its syntax.
+fn without_separators(prefix: &mut String) {
+    while let Some(at) = prefix.find(SEPARATOR) {
+        prefix.replace_range(at..at + SEPARATOR.len(), "-");
+    }
+    while prefix.ends_with("-x") {
+        prefix.truncate(prefix.len() - 2);
+        trim_trailing_dashes(prefix);
+    }
+}
+
 fn trim_trailing_dashes(s: &mut String) {
     while s.ends_with('-') {
         s.pop();
@@ -224,6 +269,7 @@ fn identity_hash(tenant: &str, group: &str, kind: &str, namespace: &str, name: &
 pub fn place(tenant: &TenantPlacement, object: &TenantObject) -> Placement {
     let id = &object.identity;
     let (name, name_form) = host_name(
+        tenant.mapping,
         &tenant.tenant,
         id.group(),
         &id.kind,
@@ -251,7 +297,7 @@ pub fn place(tenant: &TenantPlacement, object: &TenantObject) -> Placement {
         string_entries(metadata, "annotations"),
         "annotation",
         [
-            (provenance::MAPPING_VERSION, MAPPING_VERSION),
+            (provenance::MAPPING_VERSION, tenant.mapping.as_str()),
             (provenance::SOURCE_API_VERSION, id.api_version.as_str()),
             (provenance::SOURCE_KIND, id.kind.as_str()),
             (provenance::SOURCE_NAME, id.name.as_str()),
@@ -268,6 +314,7 @@ pub fn place(tenant: &TenantPlacement, object: &TenantObject) -> Placement {
         name_form,
         labels,
         annotations,
+        mapping_version: tenant.mapping,
         stripped_keys,
     }
 }
@@ -379,6 +426,7 @@ mod tests {
         TenantPlacement {
             tenant: "acme".into(),
             host_namespace: "tenant-acme".into(),
+            mapping: MappingVersion::V2,
         }
     }
 
@@ -401,30 +449,48 @@ mod tests {
     #[test]
     fn a_service_name_past_63_is_hashed_but_a_configmap_of_the_same_name_is_not() {
         let name = "a".repeat(60);
-        let (svc, form) = host_name("acme", "", "Service", "prod", &name);
+        let (svc, form) = host_name(MappingVersion::V2, "acme", "", "Service", "prod", &name);
         assert_eq!(form, HostNameForm::Hashed);
         assert_eq!(svc.len(), 63);
         assert!(svc.starts_with("aaaa"));
-        let (cm, form) = host_name("acme", "", "ConfigMap", "prod", &name);
+        let (cm, form) = host_name(MappingVersion::V2, "acme", "", "ConfigMap", "prod", &name);
         assert_eq!(form, HostNameForm::Readable);
         assert_eq!(cm, format!("{name}-x-prod"));
     }
 
     #[test]
     fn a_dotted_service_name_is_hashed_because_labels_have_no_dots() {
-        let (svc, form) = host_name("acme", "", "Endpoints", "prod", "web");
+        let (svc, form) = host_name(MappingVersion::V2, "acme", "", "Endpoints", "prod", "web");
         assert_eq!((svc.as_str(), form), ("web-x-prod", HostNameForm::Readable));
-        let (svc, form) = host_name("acme", "", "Service", "prod", "web.v2");
+        let (svc, form) = host_name(MappingVersion::V2, "acme", "", "Service", "prod", "web.v2");
         assert_eq!(form, HostNameForm::Hashed);
         assert!(NameSyntax::Dns1035Label.is_valid(&svc), "{svc}");
+    }
+
+    #[test]
+    fn v1_readable_names_collide_and_v2_hashes_every_name_that_does_not_split_back() {
+        let v1 = |ns, name| host_name(MappingVersion::V1, "acme", "", "ConfigMap", ns, name);
+        assert_eq!(v1("c", "a-x-b"), v1("b-x-c", "a"));
+        assert_eq!(v1("c", "a-x-b").0, "a-x-b-x-c");
+
+        let v2 = |ns, name| host_name(MappingVersion::V2, "acme", "", "ConfigMap", ns, name);
+        assert_eq!(v2("web", "app"), ("app-x-web".into(), HostNameForm::Readable));
+        for (ns, name) in [("c", "a-x-b"), ("b-x-c", "a"), ("x-b", "a"), ("b", "a-x")] {
+            let (host, form) = v2(ns, name);
+            assert_eq!(form, HostNameForm::Hashed, "{ns}/{name}: {host}");
+            assert!(!host.contains(SEPARATOR), "{ns}/{name}: {host}");
+        }
+        assert_ne!(v2("c", "a-x-b"), v2("b-x-c", "a"));
+        // the readable prefix survives, with the separators folded
+        assert!(v2("c", "a-x-b").0.starts_with("a-b-c-"), "{:?}", v2("c", "a-x-b"));
     }
 
     #[test]
     fn hashes_depend_on_the_tenant() {
         let long = "b".repeat(300);
         assert_ne!(
-            host_name("acme", "", "Pod", "x", &long).0,
-            host_name("other", "", "Pod", "x", &long).0
+            host_name(MappingVersion::V2, "acme", "", "Pod", "x", &long).0,
+            host_name(MappingVersion::V2, "other", "", "Pod", "x", &long).0
         );
     }
 

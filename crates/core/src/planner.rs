@@ -1,6 +1,8 @@
-//! The planner: a SyncPolicy verdict, a placement and a collision check, combined into a plan and
-//! then a decision. This is the computation the planner service serves, the syncer acts on and
-//! `tenantplane explain-sync` prints.
+//! The planner: a SyncPolicy verdict, a placement, a collision check, the translation's refusals
+//! and the reference check, combined into a plan and then a decision. This is the computation
+//! the planner service serves, the syncer acts on and `tenantplane explain-sync` prints: every
+//! refusal the syncer can record about a tenant object is decided here, so that the offline
+//! answer is the live one.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -9,11 +11,14 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use tenantplane_api::{SyncAction, Tenant};
 
-use crate::collision::{self, Collision, HostObjectMeta};
+use crate::collision::{self, Collision, ConflictCause, HostObjectMeta};
 use crate::decision::{Decision, HostAction, HostTarget, Outcome, PolicyRef, Stamp, Subject};
-use crate::mapping::{self, MAPPING_VERSION, Placement, TenantPlacement};
+use crate::mapping::{self, MappingVersion, Placement, TenantPlacement};
 use crate::object::{SourceIdentity, TenantObject, group_of};
+use crate::parallel;
 use crate::policy::{CompiledPolicy, Verdict};
+use crate::reference::{self, HostObjects};
+use crate::translate::{self, HostDesired, Untranslatable};
 
 /// A tenant and its compiled SyncPolicy: everything needed to plan its objects.
 #[derive(Debug)]
@@ -68,23 +73,101 @@ impl Planner {
         &self.policy
     }
 
-    /// Plans one tenant object against the host object currently at its target name, if any.
-    pub fn plan(&self, object: &TenantObject, existing: Option<&HostObjectMeta>) -> Plan {
-        let placement = mapping::place(&self.tenant, object);
-        self.plan_placed(object, placement, existing)
+    /// The tenant's name and host namespace, and its mapping scheme.
+    pub fn placement(&self) -> &TenantPlacement {
+        &self.tenant
     }
 
-    /// Plans every object against a snapshot of host state.
-    pub fn plan_all<'a>(
-        &'a self,
-        objects: impl IntoIterator<Item = &'a TenantObject> + 'a,
-        host: &'a HostState,
-    ) -> impl Iterator<Item = Plan> + 'a {
-        objects.into_iter().map(move |object| {
-            let placement = mapping::place(&self.tenant, object);
-            let existing = host.get(&placement);
-            self.plan_placed(object, placement, existing)
-        })
+    /// Plans one tenant object against a snapshot of host state (the host object at its target
+    /// name, and those its references resolve to).
+    pub fn plan(&self, object: &TenantObject, host: &HostState) -> Plan {
+        let placement = mapping::place(&self.tenant, object);
+        let existing = host.get(&placement);
+        let mut plan = self.plan_placed(object, placement, existing);
+        if plan.outcome == Outcome::Synced {
+            let namespace = plan.placement.namespace.clone();
+            if let Err(refusal) = self.translate(object, &plan, &host.in_namespace(&namespace)) {
+                plan.refuse(refusal);
+            }
+        }
+        plan
+    }
+
+    /// Plans a batch of objects against a snapshot of host state, on every core, in input order;
+    /// under mapping v1, objects of the batch that share a host name are then settled by
+    /// [`Planner::claimant`].
+    pub fn plan_batch(&self, objects: &[&TenantObject], host: &HostState) -> Vec<Plan> {
+        let mut plans = parallel::map_in_order(objects, |object| self.plan(object, host));
+        if self.tenant.mapping == MappingVersion::V1 {
+            let mut by_target: HashMap<(&str, &str, &str), Vec<usize>> = HashMap::new();
+            for (i, plan) in plans.iter().enumerate() {
+                if plan.verdict.action == SyncAction::Sync {
+                    let p = &plan.placement;
+                    by_target
+                        .entry((group_of(&p.api_version), &p.kind, &p.name))
+                        .or_default()
+                        .push(i);
+                }
+            }
+            let refused: Vec<(usize, SourceIdentity)> = by_target
+                .values()
+                .filter(|shared| shared.len() > 1)
+                .flat_map(|shared| {
+                    shared.iter().filter_map(|&i| {
+                        let others = shared.iter().filter(|&&j| j != i).map(|&j| objects[j]);
+                        self.claimant(objects[i], &plans[i], others)
+                            .map(|by| (i, by.identity.clone()))
+                    })
+                })
+                .collect();
+            for (i, by) in refused {
+                plans[i].refuse_claimed(&by);
+            }
+        }
+        plans
+    }
+
+    /// The translation of a planned object, with its references checked against `host`: what
+    /// the syncer writes, or the refusal it records.
+    pub fn translate(
+        &self,
+        object: &TenantObject,
+        plan: &Plan,
+        host: &(impl HostObjects + ?Sized),
+    ) -> Result<HostDesired, Untranslatable> {
+        let desired = translate::to_host(&self.tenant, object, &plan.placement)?;
+        reference::check(&self.tenant, &desired.references, host)?;
+        Ok(desired)
+    }
+
+    /// Under mapping v1, two objects of one kind can map to one host name (`c/a-x-b` and
+    /// `b-x-c/a`). Which one takes an empty host name does not depend on the order the syncer
+    /// sees them in: among the objects the policy syncs that map to it, the first by (namespace,
+    /// name). Returns that object when it is not `object` and `plan` would create the host
+    /// object; `others` are other tenant objects of the same kind at the same host name.
+    pub fn claimant<'o>(
+        &self,
+        object: &TenantObject,
+        plan: &Plan,
+        others: impl IntoIterator<Item = &'o TenantObject>,
+    ) -> Option<&'o TenantObject> {
+        if self.tenant.mapping != MappingVersion::V1
+            || !matches!(plan.collision, Some(Collision::Create))
+        {
+            return None;
+        }
+        let order = |o: &TenantObject| (o.identity.namespace.clone(), o.identity.name.clone());
+        let mine = order(object);
+        others
+            .into_iter()
+            .filter(|o| {
+                o.identity.group() == object.identity.group()
+                    && o.identity.kind == object.identity.kind
+                    && order(o) < mine
+                    && mapping::place(&self.tenant, o).name == plan.placement.name
+                    && self.policy.evaluate(o).action == SyncAction::Sync
+            })
+            .min_by_key(|o| order(o))
     }
 
     fn plan_placed(
@@ -151,6 +234,35 @@ impl Planner {
 }
 
 impl Plan {
+    /// Turns a plan that would write into the refusal the translation or the reference check
+    /// returned: Rejected, nothing written, the offending field named.
+    pub fn refuse(&mut self, refusal: Untranslatable) {
+        self.outcome = Outcome::Rejected;
+        self.action = HostAction::None;
+        self.reason = refusal.reason.to_string();
+        self.message = format!("cannot be placed on the host safely: {}", refusal.message);
+        self.verdict.field_path = Some(refusal.field_path);
+    }
+
+    /// Turns a plan that would create its host object into a Conflict with `by`, another object
+    /// of the tenant that takes the same host name under mapping v1 ([`Planner::claimant`]).
+    pub fn refuse_claimed(&mut self, by: &SourceIdentity) {
+        let p = &self.placement;
+        self.message = format!(
+            "host {} {}/{} is also where {by} maps under mapping v1, and {by} takes it (the first \
+             by namespace and name); refused and left untouched (mapping v2 gives every object a \
+             host name of its own)",
+            p.kind, p.namespace, p.name
+        );
+        self.outcome = Outcome::Conflict;
+        self.action = HostAction::None;
+        self.reason = ConflictCause::OtherSource.reason().to_string();
+        self.collision = Some(Collision::Conflict {
+            owner: by.to_string(),
+            differs: ConflictCause::OtherSource,
+        });
+    }
+
     /// The decision record of this plan, about `object` in `tenant`.
     pub fn to_decision(&self, tenant: &str, object: &TenantObject, stamp: Stamp) -> Decision {
         self.decision_about(
@@ -159,7 +271,7 @@ impl Plan {
             object.resource_version.clone().unwrap_or_default(),
             stamp,
             input_digest(&object.object),
-            MAPPING_VERSION.to_string(),
+            self.placement.mapping_version.to_string(),
         )
     }
 
@@ -295,6 +407,14 @@ impl HostState {
         })
     }
 
+    /// The objects of one host namespace, for the reference check.
+    pub fn in_namespace<'a>(&'a self, namespace: &'a str) -> impl HostObjects + 'a {
+        HostNamespace {
+            state: self,
+            namespace,
+        }
+    }
+
     /// Every host object, in no particular order.
     pub fn iter(&self) -> impl Iterator<Item = &HostObjectMeta> {
         self.objects.values().flatten()
@@ -308,6 +428,25 @@ impl HostState {
     /// Whether there are none.
     pub fn is_empty(&self) -> bool {
         self.objects.is_empty()
+    }
+}
+
+/// The objects of one namespace of a [`HostState`].
+struct HostNamespace<'a> {
+    state: &'a HostState,
+    namespace: &'a str,
+}
+
+impl HostObjects for HostNamespace<'_> {
+    fn host_object(&self, group: &str, kind: &str, name: &str) -> Option<HostObjectMeta> {
+        self.state
+            .objects
+            .get(name)?
+            .iter()
+            .find(|m| {
+                group_of(&m.api_version) == group && m.kind == kind && m.namespace == self.namespace
+            })
+            .cloned()
     }
 }
 

@@ -10,8 +10,10 @@
 //!   annotations minus reserved keys, provenance), plus [`DESIRED_DIGEST`]; nothing else of the
 //!   tenant's metadata crosses (no uid, resourceVersion, ownerReferences, finalizers, ...);
 //! * `status` never crosses: the host owns it, and [`status_to_tenant`] brings it back up;
-//! * references to other tenant objects are rewritten through [`mapping::host_name`], so a Pod's
-//!   ConfigMap reference lands on exactly the host ConfigMap the ConfigMap itself maps to;
+//! * references to other tenant objects are rewritten through the tenant's mapping, so a Pod's
+//!   ConfigMap reference lands on exactly the host ConfigMap the ConfigMap itself maps to; each
+//!   is listed as a [`Reference`] with the field that names it, for [`crate::reference::check`]
+//!   (a reference may only resolve to a host object synced from the object it names);
 //! * fields the host must own are dropped (a Service's clusterIP and node ports, a Pod's
 //!   nodeName, a PVC's volumeName);
 //! * what would let a tenant reach host credentials or host-scoped objects, or cannot be mapped,
@@ -29,8 +31,9 @@ use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 use tenantplane_api::provenance;
 
-use crate::mapping::{self, NameSyntax, Placement, TenantPlacement};
+use crate::mapping::{NameSyntax, Placement, TenantPlacement};
 use crate::object::TenantObject;
+use crate::reference::{REFERENCEABLE_KINDS, Reference};
 
 /// Annotation on every host object: digest of the desired object tenantplane last wrote.
 pub const DESIRED_DIGEST: &str = "tenantplane.io/desired-digest";
@@ -45,6 +48,8 @@ pub struct HostDesired {
     /// What the translation changed that a reader of the decision should know (e.g. a dropped
     /// service account token projection).
     pub notes: Vec<String>,
+    /// The other tenant objects it names, each with its host name.
+    pub references: Vec<Reference>,
 }
 
 /// A tenant object that cannot be placed on the host safely.
@@ -71,26 +76,52 @@ fn refuse(
     }
 }
 
-/// Rewrites names of tenant objects in one tenant namespace to their host names.
+/// Rewrites names of tenant objects in one tenant namespace to their host names, and lists them.
 struct Refs<'a> {
-    tenant: &'a str,
+    tenant: &'a TenantPlacement,
     namespace: &'a str,
+    found: Vec<Reference>,
 }
 
 impl Refs<'_> {
-    fn host(&self, group: &str, kind: &str, name: &str) -> String {
-        mapping::host_name(self.tenant, group, kind, self.namespace, name).0
+    /// The host name of the `kind` object `name` in namespace `namespace`, named at `field_path`.
+    fn named_in(
+        &mut self,
+        field_path: String,
+        group: &str,
+        kind: &str,
+        namespace: &str,
+        name: &str,
+    ) -> String {
+        let host_name = self.tenant.host_name(group, kind, namespace, name);
+        self.found.push(Reference {
+            field_path,
+            group: group.to_string(),
+            kind: kind.to_string(),
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+            host_name: host_name.clone(),
+        });
+        host_name
     }
 
-    /// Rewrites the string at `obj[field]` (when present) to the host name of a `kind` object.
-    fn rewrite(&self, obj: &mut Value, field: &str, group: &str, kind: &str) {
+    /// The host name of the `kind` object `name` of the referencing object's namespace.
+    fn named(&mut self, field_path: String, group: &str, kind: &str, name: &str) -> String {
+        let namespace = self.namespace;
+        self.named_in(field_path, group, kind, namespace, name)
+    }
+
+    /// Rewrites the string at `obj[field]` (when present) to the host name of a `kind` object;
+    /// `at` is the field path of `obj`.
+    fn rewrite(&mut self, obj: &mut Value, at: &str, field: &str, group: &str, kind: &str) {
         if let Some(Value::String(name)) = obj.get_mut(field) {
-            *name = self.host(group, kind, name);
+            *name = self.named(format!("{at}.{field}"), group, kind, name);
         }
     }
 
-    /// Rewrites a TypedLocalObjectReference (`apiGroup`, `kind`, `name`).
-    fn rewrite_typed(&self, reference: &mut Value) {
+    /// Rewrites a TypedLocalObjectReference (`apiGroup`, `kind`, `name`) at `at`: only kinds whose
+    /// host objects can be checked may be named.
+    fn rewrite_typed(&mut self, reference: &mut Value, at: &str) -> Result<(), Untranslatable> {
         let field = |key: &str| {
             reference
                 .get(key)
@@ -99,7 +130,24 @@ impl Refs<'_> {
                 .to_string()
         };
         let (group, kind) = (field("apiGroup"), field("kind"));
-        self.rewrite(reference, "name", &group, &kind);
+        if !REFERENCEABLE_KINDS.contains(&(group.as_str(), kind.as_str())) {
+            let what = if group.is_empty() {
+                kind
+            } else {
+                format!("{kind}.{group}")
+            };
+            return Err(refuse(
+                "ReferenceKindNotCheckable",
+                format!("{at}.kind"),
+                format!(
+                    "a reference to a {what} cannot be checked against the host object it \
+                     resolves to (only ConfigMaps, Secrets, ServiceAccounts, \
+                     PersistentVolumeClaims, Services and Pods can be named)"
+                ),
+            ));
+        }
+        self.rewrite(reference, at, "name", &group, &kind);
+        Ok(())
     }
 }
 
@@ -109,9 +157,10 @@ pub fn to_host(
     object: &TenantObject,
     placement: &Placement,
 ) -> Result<HostDesired, Untranslatable> {
-    let refs = Refs {
-        tenant: &tenant.tenant,
+    let mut refs = Refs {
+        tenant,
         namespace: &object.identity.namespace,
+        found: Vec::new(),
     };
     let mut body = match &object.object {
         Value::Object(map) => map.clone(),
@@ -123,13 +172,13 @@ pub fn to_host(
     let mut body = Value::Object(body);
     let mut notes = Vec::new();
     match (object.identity.group(), object.identity.kind.as_str()) {
-        ("", "Pod") => pod(&refs, object, &mut body, &mut notes)?,
+        ("", "Pod") => pod(&mut refs, object, &mut body, &mut notes)?,
         ("", "Service") => service(&refs, &mut body),
-        ("", "Endpoints") => endpoints(&refs, tenant, object, placement, &mut body)?,
+        ("", "Endpoints") => endpoints(&mut refs, object, placement, &mut body)?,
         ("", "Secret") => secret(&mut body)?,
-        ("", "PersistentVolumeClaim") => pvc(&refs, &mut body, &mut notes),
-        ("", "ServiceAccount") => service_account(&refs, &mut body, &mut notes),
-        ("networking.k8s.io", "Ingress") => ingress(&refs, &mut body),
+        ("", "PersistentVolumeClaim") => pvc(&mut refs, &mut body, &mut notes)?,
+        ("", "ServiceAccount") => service_account(&mut refs, &mut body, &mut notes),
+        ("networking.k8s.io", "Ingress") => ingress(&mut refs, &mut body)?,
         _ => {}
     }
 
@@ -168,6 +217,7 @@ pub fn to_host(
         object: Value::Object(out),
         digest,
         notes,
+        references: refs.found,
     })
 }
 
@@ -212,7 +262,7 @@ fn rewrite_field_ref(field_ref: &mut Value) {
 }
 
 fn pod(
-    refs: &Refs<'_>,
+    refs: &mut Refs<'_>,
     object: &TenantObject,
     body: &mut Value,
     notes: &mut Vec<String>,
@@ -247,7 +297,12 @@ fn pod(
         .to_string();
     spec.insert(
         "serviceAccountName".into(),
-        json!(refs.host("", "ServiceAccount", &sa)),
+        json!(refs.named(
+            "spec.serviceAccountName".into(),
+            "",
+            "ServiceAccount",
+            &sa
+        )),
     );
     spec.insert("automountServiceAccountToken".into(), json!(false));
     // The pod's hostname is the tenant's name for it, not the host name.
@@ -255,28 +310,29 @@ fn pod(
         spec.insert("hostname".into(), json!(object.identity.name));
     }
     if let Some(Value::String(subdomain)) = spec.get_mut("subdomain") {
-        *subdomain = refs.host("", "Service", subdomain);
+        *subdomain = refs.named("spec.subdomain".into(), "", "Service", subdomain);
     }
     if let Some(Value::Array(secrets)) = spec.get_mut("imagePullSecrets") {
-        for s in secrets {
-            refs.rewrite(s, "name", "", "Secret");
+        for (i, s) in secrets.iter_mut().enumerate() {
+            refs.rewrite(s, &format!("spec.imagePullSecrets[{i}]"), "name", "", "Secret");
         }
     }
     for list in CONTAINER_LISTS {
         let Some(Value::Array(containers)) = spec.get_mut(list) else {
             continue;
         };
-        for c in containers {
+        for (i, c) in containers.iter_mut().enumerate() {
             if let Some(Value::Array(env)) = c.get_mut("env") {
-                for e in env {
+                for (j, e) in env.iter_mut().enumerate() {
                     let Some(from) = e.get_mut("valueFrom") else {
                         continue;
                     };
+                    let at = format!("spec.{list}[{i}].env[{j}].valueFrom");
                     if let Some(r) = from.get_mut("configMapKeyRef") {
-                        refs.rewrite(r, "name", "", "ConfigMap");
+                        refs.rewrite(r, &format!("{at}.configMapKeyRef"), "name", "", "ConfigMap");
                     }
                     if let Some(r) = from.get_mut("secretKeyRef") {
-                        refs.rewrite(r, "name", "", "Secret");
+                        refs.rewrite(r, &format!("{at}.secretKeyRef"), "name", "", "Secret");
                     }
                     if let Some(r) = from.get_mut("fieldRef") {
                         rewrite_field_ref(r);
@@ -284,12 +340,13 @@ fn pod(
                 }
             }
             if let Some(Value::Array(env_from)) = c.get_mut("envFrom") {
-                for e in env_from {
+                for (j, e) in env_from.iter_mut().enumerate() {
+                    let at = format!("spec.{list}[{i}].envFrom[{j}]");
                     if let Some(r) = e.get_mut("configMapRef") {
-                        refs.rewrite(r, "name", "", "ConfigMap");
+                        refs.rewrite(r, &format!("{at}.configMapRef"), "name", "", "ConfigMap");
                     }
                     if let Some(r) = e.get_mut("secretRef") {
-                        refs.rewrite(r, "name", "", "Secret");
+                        refs.rewrite(r, &format!("{at}.secretRef"), "name", "", "Secret");
                     }
                 }
             }
@@ -317,25 +374,31 @@ const LEGACY_SECRET_VOLUMES: [&str; 8] = [
 ];
 
 fn volume(
-    refs: &Refs<'_>,
+    refs: &mut Refs<'_>,
     i: usize,
     v: &mut Value,
     notes: &mut Vec<String>,
 ) -> Result<(), Untranslatable> {
     let at = format!("spec.volumes[{i}]");
     if let Some(cm) = v.get_mut("configMap") {
-        refs.rewrite(cm, "name", "", "ConfigMap");
+        refs.rewrite(cm, &format!("{at}.configMap"), "name", "", "ConfigMap");
     }
     if let Some(s) = v.get_mut("secret") {
-        refs.rewrite(s, "secretName", "", "Secret");
+        refs.rewrite(s, &format!("{at}.secret"), "secretName", "", "Secret");
     }
     if let Some(c) = v.get_mut("persistentVolumeClaim") {
-        refs.rewrite(c, "claimName", "", "PersistentVolumeClaim");
+        refs.rewrite(
+            c,
+            &format!("{at}.persistentVolumeClaim"),
+            "claimName",
+            "",
+            "PersistentVolumeClaim",
+        );
     }
     if let Some(csi) = v.get_mut("csi")
         && let Some(r) = csi.get_mut("nodePublishSecretRef")
     {
-        refs.rewrite(r, "name", "", "Secret");
+        refs.rewrite(r, &format!("{at}.csi.nodePublishSecretRef"), "name", "", "Secret");
     }
     for legacy in LEGACY_SECRET_VOLUMES {
         if let Some(source) = v.get(legacy)
@@ -381,11 +444,12 @@ fn volume(
                 "cluster trust bundles are host-scoped objects a tenant cannot name",
             ));
         }
+        let source_at = format!("{at}.projected.sources[{j}]");
         if let Some(cm) = s.get_mut("configMap") {
-            refs.rewrite(cm, "name", "", "ConfigMap");
+            refs.rewrite(cm, &format!("{source_at}.configMap"), "name", "", "ConfigMap");
         }
         if let Some(secret) = s.get_mut("secret") {
-            refs.rewrite(secret, "name", "", "Secret");
+            refs.rewrite(secret, &format!("{source_at}.secret"), "name", "", "Secret");
         }
         if let Some(items) = s
             .get_mut("downwardAPI")
@@ -429,14 +493,14 @@ fn service(refs: &Refs<'_>, body: &mut Value) {
 }
 
 fn endpoints(
-    refs: &Refs<'_>,
-    tenant: &TenantPlacement,
+    refs: &mut Refs<'_>,
     object: &TenantObject,
     placement: &Placement,
     body: &mut Value,
 ) -> Result<(), Untranslatable> {
     // An Endpoints object belongs to the Service of the same name, on the host too.
-    let service = refs.host("", "Service", &object.identity.name);
+    let tenant = refs.tenant;
+    let service = tenant.host_name("", "Service", refs.namespace, &object.identity.name);
     if service != placement.name {
         return Err(refuse(
             "EndpointsNameNotMappable",
@@ -451,12 +515,12 @@ fn endpoints(
     let Some(Value::Array(subsets)) = body.get_mut("subsets") else {
         return Ok(());
     };
-    for subset in subsets {
+    for (i, subset) in subsets.iter_mut().enumerate() {
         for list in ["addresses", "notReadyAddresses"] {
             let Some(Value::Array(addresses)) = subset.get_mut(list) else {
                 continue;
             };
-            for a in addresses {
+            for (j, a) in addresses.iter_mut().enumerate() {
                 let Some(target) = a.get_mut("targetRef").and_then(Value::as_object_mut) else {
                     continue;
                 };
@@ -466,7 +530,8 @@ fn endpoints(
                     .get("namespace")
                     .and_then(Value::as_str)
                     .unwrap_or(refs.namespace);
-                let host = mapping::host_name(&tenant.tenant, "", kind, ns, name).0;
+                let at = format!("subsets[{i}].{list}[{j}].targetRef.name");
+                let host = refs.named_in(at, "", kind, ns, name);
                 target.insert("name".into(), json!(host));
                 target.insert("namespace".into(), json!(tenant.host_namespace));
                 target.remove("uid");
@@ -507,9 +572,13 @@ fn secret(body: &mut Value) -> Result<(), Untranslatable> {
     Ok(())
 }
 
-fn pvc(refs: &Refs<'_>, body: &mut Value, notes: &mut Vec<String>) {
+fn pvc(
+    refs: &mut Refs<'_>,
+    body: &mut Value,
+    notes: &mut Vec<String>,
+) -> Result<(), Untranslatable> {
     let Some(spec) = body.get_mut("spec").and_then(Value::as_object_mut) else {
-        return;
+        return Ok(());
     };
     if spec.remove("volumeName").is_some() {
         notes.push(
@@ -518,15 +587,20 @@ fn pvc(refs: &Refs<'_>, body: &mut Value, notes: &mut Vec<String>) {
     }
     for field in ["dataSource", "dataSourceRef"] {
         if let Some(source) = spec.get_mut(field) {
-            refs.rewrite_typed(source);
-            if let Some(obj) = source.as_object_mut() {
-                obj.remove("namespace");
+            if source.get("namespace").is_some_and(|ns| !ns.is_null()) {
+                return Err(refuse(
+                    "CrossNamespaceDataSourceNotMappable",
+                    format!("spec.{field}.namespace"),
+                    "a data source in another namespace cannot be mapped to the host",
+                ));
             }
+            refs.rewrite_typed(source, &format!("spec.{field}"))?;
         }
     }
+    Ok(())
 }
 
-fn service_account(refs: &Refs<'_>, body: &mut Value, notes: &mut Vec<String>) {
+fn service_account(refs: &mut Refs<'_>, body: &mut Value, notes: &mut Vec<String>) {
     let Some(obj) = body.as_object_mut() else {
         return;
     };
@@ -537,45 +611,52 @@ fn service_account(refs: &Refs<'_>, body: &mut Value, notes: &mut Vec<String>) {
     }
     obj.insert("automountServiceAccountToken".into(), json!(false));
     if let Some(Value::Array(secrets)) = obj.get_mut("imagePullSecrets") {
-        for s in secrets {
-            refs.rewrite(s, "name", "", "Secret");
+        for (i, s) in secrets.iter_mut().enumerate() {
+            refs.rewrite(s, &format!("imagePullSecrets[{i}]"), "name", "", "Secret");
         }
     }
 }
 
-fn ingress_backend(refs: &Refs<'_>, backend: &mut Value) {
+fn ingress_backend(
+    refs: &mut Refs<'_>,
+    backend: &mut Value,
+    at: &str,
+) -> Result<(), Untranslatable> {
     if let Some(service) = backend.get_mut("service") {
-        refs.rewrite(service, "name", "", "Service");
+        refs.rewrite(service, &format!("{at}.service"), "name", "", "Service");
     }
     if let Some(resource) = backend.get_mut("resource") {
-        refs.rewrite_typed(resource);
+        refs.rewrite_typed(resource, &format!("{at}.resource"))?;
     }
+    Ok(())
 }
 
-fn ingress(refs: &Refs<'_>, body: &mut Value) {
+fn ingress(refs: &mut Refs<'_>, body: &mut Value) -> Result<(), Untranslatable> {
     let Some(spec) = body.get_mut("spec") else {
-        return;
+        return Ok(());
     };
     if let Some(backend) = spec.get_mut("defaultBackend") {
-        ingress_backend(refs, backend);
+        ingress_backend(refs, backend, "spec.defaultBackend")?;
     }
     if let Some(Value::Array(tls)) = spec.get_mut("tls") {
-        for t in tls {
-            refs.rewrite(t, "secretName", "", "Secret");
+        for (i, t) in tls.iter_mut().enumerate() {
+            refs.rewrite(t, &format!("spec.tls[{i}]"), "secretName", "", "Secret");
         }
     }
     if let Some(Value::Array(rules)) = spec.get_mut("rules") {
-        for rule in rules {
+        for (i, rule) in rules.iter_mut().enumerate() {
             if let Some(Value::Array(paths)) = rule.get_mut("http").and_then(|h| h.get_mut("paths"))
             {
-                for path in paths {
+                for (j, path) in paths.iter_mut().enumerate() {
                     if let Some(backend) = path.get_mut("backend") {
-                        ingress_backend(refs, backend);
+                        let at = format!("spec.rules[{i}].http.paths[{j}].backend");
+                        ingress_backend(refs, backend, &at)?;
                     }
                 }
             }
         }
     }
+    Ok(())
 }
 
 /// Kinds whose host status flows back up to the tenant object.
@@ -743,6 +824,7 @@ mod tests {
         TenantPlacement {
             tenant: "acme".into(),
             host_namespace: "tenant-acme".into(),
+            mapping: crate::mapping::MappingVersion::V1,
         }
     }
 

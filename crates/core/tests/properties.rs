@@ -1,13 +1,18 @@
 //! Properties of the mapping and the collision check, over arbitrary names: long, unicode, dots,
-//! uppercase. Whatever a tenant control plane (or a malformed file) hands the core, it never
-//! panics, always yields a valid host name, and never lets two sources share a host object.
+//! uppercase, and names built to collide (`-x-` inside names and namespaces, `x-` prefixes, `-x`
+//! suffixes, maximum lengths). Whatever a tenant control plane (or a malformed file) hands the
+//! core, it never panics, always yields a valid host name, never lets two sources share a host
+//! object, and under mapping v2 never maps two objects of one tenant to one host name.
 
 use std::sync::LazyLock;
 
 use proptest::prelude::*;
 use serde_json::{Value, json};
 use tenantplane_core::collision::{self, Collision, HostObjectMeta};
-use tenantplane_core::mapping::{NameSyntax, TenantPlacement, place, provenance};
+use tenantplane_core::mapping::{
+    HostNameForm, MappingVersion, NameSyntax, SEPARATOR, TenantPlacement, host_name, place,
+    provenance,
+};
 use tenantplane_core::{CompiledPolicy, TenantObject, documents};
 
 static DEFAULT_POLICY: LazyLock<CompiledPolicy> = LazyLock::new(CompiledPolicy::builtin_default);
@@ -43,7 +48,44 @@ fn tenant(name: &str) -> TenantPlacement {
     TenantPlacement {
         tenant: name.to_string(),
         host_namespace: format!("tenant-{name}"),
+        mapping: MappingVersion::V1,
     }
+}
+
+/// Names a tenant control plane accepts, built from the pieces that make readable names
+/// ambiguous: `-x-`, `x-`, `-x`, and lengths up to each syntax's maximum.
+fn adversarial_name(max: usize) -> impl Strategy<Value = String> {
+    let piece = prop_oneof![
+        Just("a"),
+        Just("x"),
+        Just("b"),
+        Just("0"),
+        Just("-x-"),
+        Just("x-"),
+        Just("-x"),
+        Just("-"),
+        Just("."),
+        Just("aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"),
+    ];
+    prop::collection::vec(piece, 1..14).prop_map(move |pieces| {
+        let mut name: String = pieces.concat();
+        name.truncate(max);
+        // a Kubernetes name starts and ends with an alphanumeric character
+        let name = name.trim_matches(|c| c == '-' || c == '.').to_string();
+        if name.is_empty() { "x".to_string() } else { name }
+    })
+}
+
+/// Namespace names: DNS-1123 labels (no dots), at most 63 characters.
+fn adversarial_namespace() -> impl Strategy<Value = String> {
+    adversarial_name(63).prop_map(|n| {
+        let n = n.replace('.', "x");
+        n.trim_matches('-').to_string()
+    })
+}
+
+fn v2(kind: &str, namespace: &str, name: &str) -> (String, HostNameForm) {
+    host_name(MappingVersion::V2, "acme", "", kind, namespace, name)
 }
 
 fn meta(p: &tenantplane_core::Placement) -> HostObjectMeta {
@@ -120,6 +162,50 @@ proptest! {
         let verdict = collision::check("acme", &second.identity, &p2, Some(&meta(&p1)));
         prop_assert!(matches!(verdict, Collision::Conflict { .. }), "{:?}", verdict);
         prop_assert_eq!(collision::check("acme", &first.identity, &p1, Some(&meta(&p1))), Collision::UpdateOwn);
+    }
+
+    #[test]
+    fn v2_never_maps_two_objects_of_one_tenant_and_kind_to_one_host_name(
+        kind in prop_oneof![Just("ConfigMap"), Just("Service"), Just("Pod")],
+        ns_a in adversarial_namespace(), name_a in adversarial_name(253),
+        ns_b in adversarial_namespace(), name_b in adversarial_name(253),
+        swap in any::<bool>(),
+    ) {
+        // Half of the time, the pair v1 confuses: `a-x-b` in `c` and `a` in `b-x-c`.
+        let (ns_b, name_b) = if swap && !name_b.contains('.') {
+            (format!("{name_b}-x-{ns_a}"), name_a.clone())
+        } else {
+            (ns_b, name_b)
+        };
+        let ns_b: String = ns_b.chars().take(63).collect();
+        let ns_b = ns_b.trim_matches('-').to_string();
+        prop_assume!((&ns_a, &name_a) != (&ns_b, &name_b) && !ns_b.is_empty());
+        let (a, form_a) = v2(kind, &ns_a, &name_a);
+        let (b, form_b) = v2(kind, &ns_b, &name_b);
+        prop_assert_ne!(&a, &b, "{}/{} and {}/{}", ns_a, name_a, ns_b, name_b);
+        for (host, form, ns, name) in [(&a, form_a, &ns_a, &name_a), (&b, form_b, &ns_b, &name_b)] {
+            prop_assert!(NameSyntax::for_kind("", kind).is_valid(host), "{} for {}", host, kind);
+            match form {
+                // a readable name splits back into exactly its source
+                HostNameForm::Readable => {
+                    prop_assert_eq!(host.matches(SEPARATOR).count(), 1);
+                    prop_assert_eq!(host.split_once(SEPARATOR), Some((name.as_str(), ns.as_str())));
+                }
+                // a hashed name never contains the separator, so it never equals a readable one
+                HostNameForm::Hashed => prop_assert!(!host.contains(SEPARATOR), "{}", host),
+            }
+        }
+    }
+
+    #[test]
+    fn v1_and_v2_agree_wherever_the_readable_name_splits_back(
+        ns in adversarial_namespace(), name in adversarial_name(253),
+    ) {
+        let v1 = host_name(MappingVersion::V1, "acme", "", "ConfigMap", &ns, &name);
+        let v2 = v2("ConfigMap", &ns, &name);
+        if v2.1 == HostNameForm::Readable {
+            prop_assert_eq!(v1, v2);
+        }
     }
 
     #[test]

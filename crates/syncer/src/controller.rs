@@ -34,8 +34,7 @@ use crate::record::{DecisionRecorder, TenantLedger, flush_loop};
 use crate::shard::Shard;
 use crate::tenant::{self, Shared, TenantRuntime};
 
-/// Finalizer on every Tenant the syncer serves.
-pub const FINALIZER: &str = "tenantplane.io/cleanup";
+pub use tenantplane_api::tenant::FINALIZER;
 /// Annotation on a host namespace tenantplane created (and so may delete).
 pub const CREATED_ANNOTATION: &str = "tenantplane.io/created-by";
 /// How soon a Tenant whose control plane has an unavailable API group is looked at again (its
