@@ -125,7 +125,8 @@ fn main() {
         for _ in 0..BATCHES {
             let cpu = process_cpu();
             let start = Instant::now();
-            for (plan, object) in planner.plan_all(&batch, &host).zip(&batch) {
+            for object in &batch {
+                let plan = planner.plan(object, &host);
                 std::hint::black_box(plan.to_decision(
                     planner.tenant(),
                     object,
@@ -184,7 +185,7 @@ fn main() {
 /// Also returns the size of the response per object.
 async fn halves(tenant: &Tenant, batch: &[TenantObject]) -> (Vec<(&'static str, Duration)>, usize) {
     use prost::Message;
-    use tenantplane_core::mapping::{MAPPING_VERSION, TenantPlacement};
+    use tenantplane_core::mapping::TenantPlacement;
     use tenantplane_grpc::convert::{from_proto, to_proto};
     use tenantplane_proto::planner::v1::planner_server::Planner as _;
     use tenantplane_proto::planner::v1::{
@@ -208,7 +209,7 @@ async fn halves(tenant: &Tenant, batch: &[TenantObject]) -> (Vec<(&'static str, 
             plan_form: PlanForm::Minimal.into(),
             decision_form: DecisionForm::Compact.into(),
             placement_form: PlacementForm::Derived.into(),
-            mapping_version: MAPPING_VERSION.to_string(),
+            mapping_version: tenant.mapping_version().to_string(),
             ..Default::default()
         };
         laps[1] = Instant::now();

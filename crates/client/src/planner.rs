@@ -10,8 +10,10 @@ use tenantplane_api::Tenant;
 use tenantplane_core::collision::HostObjectMeta;
 use tenantplane_core::decision::PolicyRef;
 use tenantplane_core::mapping::Provenance;
-use tenantplane_core::mapping::{MAPPING_VERSION, TenantPlacement};
+use tenantplane_core::mapping::TenantPlacement;
 use tenantplane_core::planner::HostState;
+use tenantplane_core::reference::HostObjects;
+use tenantplane_core::translate;
 use tenantplane_core::{Decision, Plan, TenantObject};
 use tenantplane_grpc::FieldError;
 use tenantplane_grpc::convert::from_proto::{self, PlanAnswer, SentObject};
@@ -157,7 +159,7 @@ impl PlannerClient {
                 decision_form: DecisionForm::Compact.into(),
                 // A third fewer again: the placements' metadata is derived here from the objects.
                 placement_form: PlacementForm::Derived.into(),
-                mapping_version: MAPPING_VERSION.to_string(),
+                mapping_version: tenant.mapping_version().to_string(),
                 ..PlanRequest::default()
             },
         };
@@ -185,6 +187,22 @@ impl PlannerClient {
                 in_flight.next().await
             };
             let Some(answer) = answer else {
+                // Objects of different requests may share a v1 host name: settled over the batch,
+                // as the planner settles them over a request.
+                let batch_objects: Vec<&TenantObject> = objects.iter().collect();
+                let mut plans: Vec<Plan> = planned
+                    .iter()
+                    .map(|p: &PlannedObject| p.plan.clone())
+                    .collect();
+                let refused = tenantplane_core::planner::settle_shared_names(
+                    batch.tenant.mapping,
+                    &batch_objects,
+                    &mut plans,
+                );
+                for i in refused {
+                    plans[i].restate(&mut planned[i].decision);
+                    planned[i].plan = plans[i].clone();
+                }
                 return Ok(planned);
             };
             let (response, sent) = answer?;
@@ -305,7 +323,7 @@ impl<'a> Batch<'a> {
         let mut sent = Vec::new();
         let mut bytes = 0;
         while let Some(next) = parts.peek() {
-            let size = next.json.len() + next.host.as_ref().map_or(0, Vec::len);
+            let size = next.json.len() + next.host.iter().map(Vec::len).sum::<usize>();
             let full = request.objects.len() >= per_request || bytes + size > MAX_BYTES_PER_REQUEST;
             if full && !request.objects.is_empty() {
                 break;
@@ -346,13 +364,25 @@ impl<'a> Iterator for Parts<'a, '_> {
     fn next(&mut self) -> Option<Part<'a>> {
         let object = self.objects.next()?;
         let (json, sent) = SentObject::encode(&self.batch.tenant, object);
-        Some(Part {
-            json,
-            host: (self.batch.at_targets)
-                .get(sent.placement())
-                .map(host_object_json),
-            sent,
-        })
+        let at_targets = &self.batch.at_targets;
+        let mut host: Vec<Vec<u8>> = at_targets
+            .get(sent.placement())
+            .map(host_object_json)
+            .into_iter()
+            .collect();
+        // The host objects its references resolve to, for the planner's reference check.
+        let placement = sent.placement();
+        if translate::names_other_objects(object.identity.group(), &object.identity.kind)
+            && let Ok(desired) = translate::to_host(&self.batch.tenant, object, placement)
+        {
+            let namespace = at_targets.in_namespace(&placement.namespace);
+            host.extend(desired.references.iter().filter_map(|r| {
+                namespace
+                    .host_object(&r.group, &r.kind, &r.host_name)
+                    .map(|m| host_object_json(&m))
+            }));
+        }
+        Some(Part { json, host, sent })
     }
 }
 
@@ -360,8 +390,8 @@ impl<'a> Iterator for Parts<'a, '_> {
 struct Part<'a> {
     /// The object as JSON.
     json: Vec<u8>,
-    /// The host object at its target, as JSON, if there is one.
-    host: Option<Vec<u8>>,
+    /// The host objects at its target and at its references' targets, as JSON.
+    host: Vec<Vec<u8>>,
     /// What its answer is completed with.
     sent: SentObject<'a>,
 }

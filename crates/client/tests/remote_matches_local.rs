@@ -14,7 +14,7 @@ use tenantplane_client::{
 };
 use tenantplane_core::collision::HostObjectMeta;
 use tenantplane_core::decision::Stamp;
-use tenantplane_core::mapping::{MAPPING_VERSION, TenantPlacement};
+use tenantplane_core::mapping::{LATEST_MAPPING_VERSION, TenantPlacement};
 use tenantplane_core::planner::HostState;
 use tenantplane_core::{CompiledPolicy, Decision, Planner, TenantObject};
 use tenantplane_grpc::convert::{from_proto, to_proto};
@@ -95,8 +95,10 @@ fn local(
     for meta in host {
         state.insert(meta.clone());
     }
+    let batch: Vec<&TenantObject> = objects.iter().collect();
     planner
-        .plan_all(objects, &state)
+        .plan_batch(&batch, &state)
+        .into_iter()
         .zip(objects)
         .map(|(plan, object)| {
             let decision = plan.to_decision(
@@ -364,7 +366,7 @@ async fn explains_host_objects_and_reports_versions() {
         HostObjectSource::NotManaged { .. }
     ));
     let version = client.version().await.unwrap();
-    assert_eq!(version.mapping_version, tenantplane_core::MAPPING_VERSION);
+    assert_eq!(version.mapping_version, LATEST_MAPPING_VERSION.as_str());
     assert_eq!(version.engine_version, tenantplane_core::ENGINE_VERSION);
     assert_eq!(version.default_policy.name, "tenantplane-default");
 }
@@ -561,7 +563,7 @@ async fn compact_and_full_decisions_are_the_same_plans_and_decisions() {
         .plan(PlanRequest {
             decision_form: DecisionForm::Compact.into(),
             placement_form: PlacementForm::Derived.into(),
-            mapping_version: MAPPING_VERSION.to_string(),
+            mapping_version: tenant.mapping_version().to_string(),
             ..plan_request(&tenant, &objects, &host)
         })
         .await
@@ -593,7 +595,7 @@ async fn compact_and_full_decisions_are_the_same_plans_and_decisions() {
     let minimal = raw
         .plan(PlanRequest {
             plan_form: PlanForm::Minimal.into(),
-            mapping_version: MAPPING_VERSION.to_string(),
+            mapping_version: tenant.mapping_version().to_string(),
             ..plan_request(&tenant, &objects, &host)
         })
         .await
@@ -694,7 +696,7 @@ fn a_derived_placement_that_lands_elsewhere_is_refused() {
     let mut p = to_proto::object_plan(
         object.identity.clone(),
         planned.plan,
-        to_proto::compact_decision(stamp, planned.decision.input_digest),
+        to_proto::compact_decision(stamp, planned.decision.input_digest, placement.mapping),
         PlacementForm::Derived,
         PlanForm::Standard,
     );

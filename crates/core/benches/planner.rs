@@ -39,6 +39,7 @@ fn bench(c: &mut Criterion) {
     let tenant = TenantPlacement {
         tenant: "acme".into(),
         host_namespace: "tenant-acme".into(),
+        mapping: tenantplane_core::MappingVersion::V2,
     };
     let mut group = c.benchmark_group("planner");
     group.throughput(Throughput::Elements(objs.len() as u64));
@@ -54,16 +55,16 @@ fn bench(c: &mut Criterion) {
         CompiledPolicy::builtin_default(),
     );
     let host = HostState::default();
-    group.bench_function("plan (place + verdict + collision)", |b| {
+    group.bench_function("plan (place + verdict + collision + translation)", |b| {
         b.iter(|| {
-            for p in planner.plan_all(&objs, &host) {
-                black_box(p);
+            for o in &objs {
+                black_box(planner.plan(o, &host));
             }
         })
     });
     group.bench_function("decide (plan + decision record)", |b| {
         b.iter(|| {
-            for (p, o) in planner.plan_all(&objs, &host).zip(&objs) {
+            for (p, o) in objs.iter().map(|o| planner.plan(o, &host)).zip(&objs) {
                 black_box(p.to_decision(
                     planner.tenant(),
                     o,

@@ -38,6 +38,9 @@ mod metadata;
 
 pub use metadata::MetadataMap;
 
+/// The newest mapping scheme: what a new Tenant gets.
+pub const LATEST_MAPPING_VERSION: MappingVersion = MappingVersion::V2;
+
 /// Separator between the name and the namespace in readable host names.
 pub const SEPARATOR: &str = "-x-";
 
@@ -474,7 +477,10 @@ mod tests {
         assert_eq!(v1("c", "a-x-b").0, "a-x-b-x-c");
 
         let v2 = |ns, name| host_name(MappingVersion::V2, "acme", "", "ConfigMap", ns, name);
-        assert_eq!(v2("web", "app"), ("app-x-web".into(), HostNameForm::Readable));
+        assert_eq!(
+            v2("web", "app"),
+            ("app-x-web".into(), HostNameForm::Readable)
+        );
         for (ns, name) in [("c", "a-x-b"), ("b-x-c", "a"), ("x-b", "a"), ("b", "a-x")] {
             let (host, form) = v2(ns, name);
             assert_eq!(form, HostNameForm::Hashed, "{ns}/{name}: {host}");
@@ -482,7 +488,11 @@ mod tests {
         }
         assert_ne!(v2("c", "a-x-b"), v2("b-x-c", "a"));
         // the readable prefix survives, with the separators folded
-        assert!(v2("c", "a-x-b").0.starts_with("a-b-c-"), "{:?}", v2("c", "a-x-b"));
+        assert!(
+            v2("c", "a-x-b").0.starts_with("a-b-c-"),
+            "{:?}",
+            v2("c", "a-x-b")
+        );
     }
 
     #[test]

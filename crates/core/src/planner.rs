@@ -98,33 +98,14 @@ impl Planner {
     /// [`Planner::claimant`].
     pub fn plan_batch(&self, objects: &[&TenantObject], host: &HostState) -> Vec<Plan> {
         let mut plans = parallel::map_in_order(objects, |object| self.plan(object, host));
-        if self.tenant.mapping == MappingVersion::V1 {
-            let mut by_target: HashMap<(&str, &str, &str), Vec<usize>> = HashMap::new();
-            for (i, plan) in plans.iter().enumerate() {
-                if plan.verdict.action == SyncAction::Sync {
-                    let p = &plan.placement;
-                    by_target
-                        .entry((group_of(&p.api_version), &p.kind, &p.name))
-                        .or_default()
-                        .push(i);
-                }
-            }
-            let refused: Vec<(usize, SourceIdentity)> = by_target
-                .values()
-                .filter(|shared| shared.len() > 1)
-                .flat_map(|shared| {
-                    shared.iter().filter_map(|&i| {
-                        let others = shared.iter().filter(|&&j| j != i).map(|&j| objects[j]);
-                        self.claimant(objects[i], &plans[i], others)
-                            .map(|by| (i, by.identity.clone()))
-                    })
-                })
-                .collect();
-            for (i, by) in refused {
-                plans[i].refuse_claimed(&by);
-            }
-        }
+        self.settle_shared_names(objects, &mut plans);
         plans
+    }
+
+    /// Under mapping v1, refuses the plans (`plans[i]` of `objects[i]`) that would create a host
+    /// object another object of the batch takes: [`settle_shared_names`].
+    pub fn settle_shared_names(&self, objects: &[&TenantObject], plans: &mut [Plan]) {
+        settle_shared_names(self.tenant.mapping, objects, plans);
     }
 
     /// The translation of a planned object, with its references checked against `host`: what
@@ -140,11 +121,9 @@ impl Planner {
         Ok(desired)
     }
 
-    /// Under mapping v1, two objects of one kind can map to one host name (`c/a-x-b` and
-    /// `b-x-c/a`). Which one takes an empty host name does not depend on the order the syncer
-    /// sees them in: among the objects the policy syncs that map to it, the first by (namespace,
-    /// name). Returns that object when it is not `object` and `plan` would create the host
-    /// object; `others` are other tenant objects of the same kind at the same host name.
+    /// The object that takes `plan`'s empty host name instead of `object` under mapping v1
+    /// ([`settle_shared_names`]'s rule), among `others`: the other tenant objects of the same
+    /// kind that the live syncer knows at that host name, each evaluated by the policy.
     pub fn claimant<'o>(
         &self,
         object: &TenantObject,
@@ -156,18 +135,16 @@ impl Planner {
         {
             return None;
         }
-        let order = |o: &TenantObject| (o.identity.namespace.clone(), o.identity.name.clone());
-        let mine = order(object);
         others
             .into_iter()
             .filter(|o| {
                 o.identity.group() == object.identity.group()
                     && o.identity.kind == object.identity.kind
-                    && order(o) < mine
+                    && precedes(&o.identity, &object.identity)
                     && mapping::place(&self.tenant, o).name == plan.placement.name
                     && self.policy.evaluate(o).action == SyncAction::Sync
             })
-            .min_by_key(|o| order(o))
+            .min_by(|a, b| order(&a.identity).cmp(&order(&b.identity)))
     }
 
     fn plan_placed(
@@ -233,7 +210,93 @@ impl Planner {
     }
 }
 
+/// Under mapping v1, two objects of one kind can map to one host name (`c/a-x-b` and
+/// `b-x-c/a`). Which one takes an empty host name does not depend on the order the syncer sees
+/// them in: among the objects the policy syncs that map to it, the first by (namespace, name).
+/// Refuses, as a Conflict naming that object, every other plan (`plans[i]` of `objects[i]`) that
+/// would create it. A host object already there has been decided by the collision check (its
+/// owner keeps it).
+///
+/// Returns the indices of the plans it refused.
+pub fn settle_shared_names(
+    mapping: MappingVersion,
+    objects: &[&TenantObject],
+    plans: &mut [Plan],
+) -> Vec<usize> {
+    if mapping != MappingVersion::V1 {
+        return Vec::new();
+    }
+    let view: &[Plan] = plans;
+    let mut by_target: HashMap<(&str, &str, &str), Vec<usize>> = HashMap::new();
+    for (i, plan) in view.iter().enumerate() {
+        if plan.verdict.action == SyncAction::Sync {
+            let p = &plan.placement;
+            by_target
+                .entry((group_of(&p.api_version), &p.kind, &p.name))
+                .or_default()
+                .push(i);
+        }
+    }
+    let refused: Vec<(usize, SourceIdentity)> = by_target
+        .values()
+        .filter(|shared| shared.len() > 1)
+        .flat_map(|shared| {
+            let first = shared
+                .iter()
+                .copied()
+                .min_by(|&a, &b| order(&objects[a].identity).cmp(&order(&objects[b].identity)))
+                .expect("a shared host name has objects");
+            shared
+                .iter()
+                .copied()
+                .filter(move |&i| {
+                    i != first && matches!(view[i].collision, Some(Collision::Create))
+                })
+                .map(move |i| (i, objects[first].identity.clone()))
+        })
+        .collect();
+    refused
+        .into_iter()
+        .map(|(i, by)| {
+            plans[i].refuse_claimed(&by);
+            i
+        })
+        .collect()
+}
+
+/// The order in which objects sharing a v1 host name take it: by namespace, then name.
+fn order(id: &SourceIdentity) -> (&str, &str) {
+    (&id.namespace, &id.name)
+}
+
+/// Whether `a` takes a shared v1 host name before `b`.
+fn precedes(a: &SourceIdentity, b: &SourceIdentity) -> bool {
+    order(a) < order(b)
+}
+
 impl Plan {
+    /// The message of its decision: the plan's, and the reserved keys the placement stripped.
+    fn decision_message(&self) -> String {
+        let mut message = self.message.clone();
+        if !self.placement.stripped_keys.is_empty() {
+            message.push_str(&format!(
+                "; reserved keys stripped (only tenantplane writes provenance): {}",
+                self.placement.stripped_keys.join(", ")
+            ));
+        }
+        message
+    }
+
+    /// Brings a decision built from this plan up to date after the plan was refused
+    /// ([`settle_shared_names`]): outcome, action, reason, message and field.
+    pub fn restate(&self, decision: &mut Decision) {
+        decision.outcome = self.outcome;
+        decision.action = self.action;
+        decision.reason = self.reason.clone();
+        decision.message = self.decision_message();
+        decision.field_path = self.verdict.field_path.clone();
+    }
+
     /// Turns a plan that would write into the refusal the translation or the reference check
     /// returned: Rejected, nothing written, the offending field named.
     pub fn refuse(&mut self, refusal: Untranslatable) {
@@ -295,13 +358,7 @@ impl Plan {
             name,
             uid,
         } = subject;
-        let mut message = self.message.clone();
-        if !self.placement.stripped_keys.is_empty() {
-            message.push_str(&format!(
-                "; reserved keys stripped (only tenantplane writes provenance): {}",
-                self.placement.stripped_keys.join(", ")
-            ));
-        }
+        let message = self.decision_message();
         Decision {
             id: stamp.id,
             time: stamp.time,

@@ -82,13 +82,7 @@ pub fn check(
                     "{} names {} {}/{}, but its host name resolves to {} {}/{}, which belongs to \
                      {owner}: a reference may only resolve to the host object synced from the \
                      object it names",
-                    r.field_path,
-                    r.kind,
-                    r.namespace,
-                    r.name,
-                    r.kind,
-                    found.namespace,
-                    found.name
+                    r.field_path, r.kind, r.namespace, r.name, r.kind, found.namespace, found.name
                 ),
             });
         }
@@ -187,6 +181,9 @@ mod tests {
         let mut moved = host_meta_of(&other);
         moved.name = "vault-token-x-lab".into();
         let e = check(&tenant(), &refs, &Host(vec![moved])).unwrap_err();
-        assert!(e.message.contains("Secret/ops/vault-token of tenant lab"), "{e}");
+        assert!(
+            e.message.contains("Secret/ops/vault-token of tenant lab"),
+            "{e}"
+        );
     }
 }

@@ -151,6 +151,17 @@ impl Refs<'_> {
     }
 }
 
+/// Whether objects of this kind name other objects (whose translation lists [`Reference`]s).
+pub fn names_other_objects(group: &str, kind: &str) -> bool {
+    matches!(
+        (group, kind),
+        (
+            "",
+            "Pod" | "Endpoints" | "PersistentVolumeClaim" | "ServiceAccount"
+        ) | ("networking.k8s.io", "Ingress")
+    )
+}
+
 /// The desired host object for `object` placed at `placement` in `tenant`.
 pub fn to_host(
     tenant: &TenantPlacement,
@@ -297,12 +308,7 @@ fn pod(
         .to_string();
     spec.insert(
         "serviceAccountName".into(),
-        json!(refs.named(
-            "spec.serviceAccountName".into(),
-            "",
-            "ServiceAccount",
-            &sa
-        )),
+        json!(refs.named("spec.serviceAccountName".into(), "", "ServiceAccount", &sa)),
     );
     spec.insert("automountServiceAccountToken".into(), json!(false));
     // The pod's hostname is the tenant's name for it, not the host name.
@@ -314,7 +320,13 @@ fn pod(
     }
     if let Some(Value::Array(secrets)) = spec.get_mut("imagePullSecrets") {
         for (i, s) in secrets.iter_mut().enumerate() {
-            refs.rewrite(s, &format!("spec.imagePullSecrets[{i}]"), "name", "", "Secret");
+            refs.rewrite(
+                s,
+                &format!("spec.imagePullSecrets[{i}]"),
+                "name",
+                "",
+                "Secret",
+            );
         }
     }
     for list in CONTAINER_LISTS {
@@ -398,7 +410,13 @@ fn volume(
     if let Some(csi) = v.get_mut("csi")
         && let Some(r) = csi.get_mut("nodePublishSecretRef")
     {
-        refs.rewrite(r, &format!("{at}.csi.nodePublishSecretRef"), "name", "", "Secret");
+        refs.rewrite(
+            r,
+            &format!("{at}.csi.nodePublishSecretRef"),
+            "name",
+            "",
+            "Secret",
+        );
     }
     for legacy in LEGACY_SECRET_VOLUMES {
         if let Some(source) = v.get(legacy)
@@ -446,7 +464,13 @@ fn volume(
         }
         let source_at = format!("{at}.projected.sources[{j}]");
         if let Some(cm) = s.get_mut("configMap") {
-            refs.rewrite(cm, &format!("{source_at}.configMap"), "name", "", "ConfigMap");
+            refs.rewrite(
+                cm,
+                &format!("{source_at}.configMap"),
+                "name",
+                "",
+                "ConfigMap",
+            );
         }
         if let Some(secret) = s.get_mut("secret") {
             refs.rewrite(secret, &format!("{source_at}.secret"), "name", "", "Secret");

@@ -72,7 +72,11 @@ fn adversarial_name(max: usize) -> impl Strategy<Value = String> {
         name.truncate(max);
         // a Kubernetes name starts and ends with an alphanumeric character
         let name = name.trim_matches(|c| c == '-' || c == '.').to_string();
-        if name.is_empty() { "x".to_string() } else { name }
+        if name.is_empty() {
+            "x".to_string()
+        } else {
+            name
+        }
     })
 }
 

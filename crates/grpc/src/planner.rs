@@ -7,9 +7,10 @@ use tenantplane_api::Tenant;
 use tenantplane_core::collision::HostObjectMeta;
 use tenantplane_core::decision::Stamp;
 use tenantplane_core::mapping::{self, ProvenanceError};
+use tenantplane_core::mapping::{LATEST_MAPPING_VERSION, MappingVersion};
 use tenantplane_core::parallel;
 use tenantplane_core::planner::{HostState, input_digest};
-use tenantplane_core::{CompiledPolicy, ENGINE_VERSION, MAPPING_VERSION, Planner, TenantObject};
+use tenantplane_core::{CompiledPolicy, ENGINE_VERSION, Plan, Planner, TenantObject};
 use tenantplane_proto::planner::v1::planner_server::{self, PlannerServer};
 use tenantplane_proto::planner::v1::{
     DecisionForm, ExplainHostObjectRequest, ExplainHostObjectResponse, GetVersionRequest,
@@ -37,7 +38,7 @@ pub struct PlannerService {
 }
 
 /// A tenant (name, host namespace) and the exact SyncPolicy bytes (empty: the built-in default).
-type CacheKey = (String, String, Vec<u8>);
+type CacheKey = (String, String, MappingVersion, Vec<u8>);
 
 impl Default for PlannerService {
     fn default() -> Self {
@@ -66,6 +67,7 @@ impl PlannerService {
         let key = (
             tenant.name().to_string(),
             tenant.host_namespace(),
+            tenant.mapping_version(),
             policy.to_vec(),
         );
         if let Some(planner) = self.lock().get(&key) {
@@ -117,13 +119,23 @@ impl PlannerService {
             .into());
         }
         let planner = self.planner(&tenant, &request.sync_policy)?;
-        let forms = AnswerForms::granted(&request);
+        let forms = AnswerForms::granted(&request, &tenant);
         let objects: Vec<_> = request.objects.iter().enumerate().collect();
-        let plans = parallel::map_in_order(&objects, |&(i, bytes)| {
-            plan_object(&planner, &host, bytes, i, traces.get(i), forms)
+        let planned: Vec<Planned> = parallel::map_in_order(&objects, |&(i, bytes)| {
+            plan_object(&planner, &host, bytes, i, traces.get(i))
         })
         .into_iter()
         .collect::<Result<_, _>>()?;
+        let (mut planned, mut plans): (Vec<_>, Vec<_>) = planned
+            .into_iter()
+            .map(|p| ((p.object, p.span), p.plan))
+            .unzip();
+        let batch: Vec<&TenantObject> = planned.iter().map(|(object, _)| object).collect();
+        planner.settle_shared_names(&batch, &mut plans);
+        let answers: Vec<_> = planned.drain(..).zip(plans).collect();
+        let plans = parallel::map_in_order(&answers, |((object, span), plan)| {
+            answer(&planner, object, span.as_ref(), plan.clone(), forms)
+        });
         let policy = planner.policy();
         Ok(PlanResponse {
             plans,
@@ -187,10 +199,10 @@ struct AnswerForms {
 }
 
 impl AnswerForms {
-    fn granted(request: &PlanRequest) -> Self {
+    fn granted(request: &PlanRequest, tenant: &Tenant) -> Self {
         // Placements are derived, and plans minimal, only under the caller's mapping scheme
-        // being this planner's; values unknown here mean the full and standard forms.
-        let same_mapping = request.mapping_version == MAPPING_VERSION;
+        // being the tenant's; values unknown here mean the full and standard forms.
+        let same_mapping = request.mapping_version == tenant.mapping_version().as_str();
         if same_mapping && request.plan_form() == PlanForm::Minimal {
             return AnswerForms {
                 decision: DecisionForm::Compact,
@@ -215,29 +227,46 @@ impl AnswerForms {
 /// Name of the span the planner opens per object whose trace context the request carries.
 pub const PLAN_OBJECT_SPAN: &str = "tenantplane.planner.plan_object";
 
-/// Reads, plans and records `objects[i]` (JSON `bytes`), in a child span of the caller's span
-/// for it when the request carries its trace context, so each decision's trace shows its own
-/// planning; answers in the `forms` granted.
+/// One object of a batch, read and planned.
+struct Planned {
+    object: TenantObject,
+    /// The span of its planning, when the request carried its trace context.
+    span: Option<tracing::Span>,
+    plan: Plan,
+}
+
+/// Reads and plans `objects[i]` (JSON `bytes`), in a child span of the caller's span for it when
+/// the request carries its trace context, so each decision's trace shows its own planning.
 fn plan_object(
     planner: &Planner,
     host: &HostState,
     bytes: &[u8],
     i: usize,
     trace_context: Option<&String>,
-    forms: AnswerForms,
-) -> Result<ObjectPlan, RequestError> {
+) -> Result<Planned, RequestError> {
     let value = from_proto::json_object(format_args!("objects[{i}]"), bytes)?;
     let object = TenantObject::from_value(value).map_err(|error| RequestError::Object {
         at: format!("objects[{i}]"),
         error,
     })?;
     let span = trace_context.and_then(|parent| object_span(&object, parent));
-    let _entered = span.as_ref().map(tracing::Span::enter);
-    let plan = planner
-        .plan_all([&object], host)
-        .next()
-        .expect("plan_all yields one plan per object");
-    if let Some(span) = &span {
+    let plan = match &span {
+        Some(span) => span.in_scope(|| planner.plan(&object, host)),
+        None => planner.plan(&object, host),
+    };
+    Ok(Planned { object, span, plan })
+}
+
+/// The answer about one planned object, with its decision record, in the `forms` granted; its
+/// outcome is recorded on its planning span.
+fn answer(
+    planner: &Planner,
+    object: &TenantObject,
+    span: Option<&tracing::Span>,
+    plan: Plan,
+    forms: AnswerForms,
+) -> ObjectPlan {
+    if let Some(span) = span {
         span.record("tenantplane.decision.outcome", plan.outcome.as_str());
         span.record("tenantplane.decision.reason", plan.reason.as_str());
     }
@@ -250,19 +279,19 @@ fn plan_object(
                 PlanForm::Minimal => String::new(),
                 PlanForm::Standard | PlanForm::Unspecified => input_digest(&object.object),
             };
-            to_proto::compact_decision(stamp, digest)
+            to_proto::compact_decision(stamp, digest, plan.placement.mapping_version)
         }
         DecisionForm::Full | DecisionForm::Unspecified => {
-            to_proto::decision_of(plan.to_decision(planner.tenant(), &object, stamp))
+            to_proto::decision_of(plan.to_decision(planner.tenant(), object, stamp))
         }
     };
-    Ok(to_proto::object_plan(
-        object.identity,
+    to_proto::object_plan(
+        object.identity.clone(),
         plan,
         decision,
         forms.placement,
         forms.plan,
-    ))
+    )
 }
 
 /// The span of planning one object, a child of the caller's span for it; `None` when `parent` is
@@ -298,7 +327,7 @@ impl planner_server::Planner for PlannerService {
         _request: Request<GetVersionRequest>,
     ) -> Result<Response<GetVersionResponse>, Status> {
         Ok(Response::new(GetVersionResponse {
-            mapping_version: MAPPING_VERSION.to_string(),
+            mapping_version: LATEST_MAPPING_VERSION.to_string(),
             engine_version: ENGINE_VERSION.to_string(),
             default_policy: Some(types::PolicyRef::clone(&self.default_policy)),
         }))

@@ -14,6 +14,7 @@ fn request(profile: &str) -> CompileRequest {
         tenant: Some(TenantRef {
             name: "acme".into(),
             host_namespace: "tenant-acme".into(),
+            ..TenantRef::default()
         }),
         profile: profile.as_bytes().to_vec(),
         previously_applied: Vec::new(),
@@ -46,6 +47,7 @@ async fn compiles_a_profile_into_objects_with_provenance_and_prunes() {
         &tenantplane_grpc::convert::from_proto::tenant(Some(&TenantRef {
             name: "acme".into(),
             host_namespace: "tenant-acme".into(),
+            ..TenantRef::default()
         }))
         .unwrap(),
         &serde_norway::from_str(&example("isolationprofile.yaml")).unwrap(),

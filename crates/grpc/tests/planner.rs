@@ -17,6 +17,7 @@ fn acme() -> Option<TenantRef> {
     Some(TenantRef {
         name: "acme".into(),
         host_namespace: "tenant-acme".into(),
+        ..TenantRef::default()
     })
 }
 
@@ -389,7 +390,10 @@ async fn reports_versions() {
         .await
         .unwrap()
         .into_inner();
-    assert_eq!(resp.mapping_version, tenantplane_core::MAPPING_VERSION);
+    assert_eq!(
+        resp.mapping_version,
+        tenantplane_core::mapping::LATEST_MAPPING_VERSION.as_str()
+    );
     assert_eq!(resp.engine_version, tenantplane_core::ENGINE_VERSION);
     let policy = resp.default_policy.unwrap();
     assert_eq!(policy.name, "tenantplane-default");

@@ -355,6 +355,22 @@ async fn reconcile_tenant(tenant: &Arc<Tenant>, ctx: &Arc<Context>) -> Result<Ac
         set_finalizers(&api, tenant, json!(rest)).await?;
         return Ok(action);
     }
+    if tenant.spec.mapping_version.is_none() {
+        // Resolved once and written down, so that it never changes under the tenant: v1 for a
+        // Tenant an earlier syncer served (its host objects are named by v1), v2 for a new one.
+        // The spec change brings the Tenant back here.
+        api.patch(
+            tenant.name(),
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({
+                "metadata": {"resourceVersion": tenant.resource_version()},
+                "spec": {"mappingVersion": tenant.mapping_version()},
+            })),
+        )
+        .await
+        .with_context(|| format!("setting spec.mappingVersion of Tenant {}", tenant.name()))?;
+        return Ok(Action::await_change());
+    }
     if !ours {
         // A merge patch carrying the resourceVersion: applied only to the Tenant as read.
         let mut all: Vec<&str> = finalizers.iter().map(String::as_str).collect();
@@ -472,7 +488,7 @@ async fn apply(tenant: &Tenant, ctx: &Context) -> Result<Action, Error> {
         let runtime = tenant::start(
             ctx.shared.clone(),
             tenant.clone(),
-            policy_text,
+            (policy_text, compiled),
             kinds,
             client,
             ledger,
@@ -547,7 +563,7 @@ async fn record_discovery(
             &group.api_service(),
         );
         let decision = group.decision(
-            tenant.name(),
+            tenant,
             policy,
             crate::trace::stamp_in(&span, crate::record::COMPONENT),
         );

@@ -13,8 +13,9 @@ use kube::Client;
 use kube::core::{ApiResource, GroupVersion};
 use kube::discovery::{self, ApiCapabilities, Scope, verbs};
 use serde_json::json;
+use tenantplane_api::Tenant;
+use tenantplane_core::CompiledPolicy;
 use tenantplane_core::decision::{Decision, HostAction, Outcome, PolicyRef, Stamp, Subject};
-use tenantplane_core::{CompiledPolicy, MAPPING_VERSION};
 
 /// Kinds never synced through a wildcard rule: they describe the control plane itself.
 const WILDCARD_EXCLUDED: [(&str, &str); 5] = [
@@ -81,11 +82,11 @@ impl UnavailableGroup {
 
     /// The Deferred decision that records it: the subject is its APIService in the tenant
     /// control plane; nothing of the group is synced until its discovery answers.
-    pub fn decision(&self, tenant: &str, policy: &CompiledPolicy, stamp: Stamp) -> Decision {
+    pub fn decision(&self, tenant: &Tenant, policy: &CompiledPolicy, stamp: Stamp) -> Decision {
         Decision {
             id: stamp.id,
             time: stamp.time,
-            tenant: tenant.to_string(),
+            tenant: tenant.name().to_string(),
             subject: Subject {
                 api_version: "apiregistration.k8s.io/v1".into(),
                 kind: "APIService".into(),
@@ -113,7 +114,7 @@ impl UnavailableGroup {
             field_path: None,
             stripped_keys: Vec::new(),
             input_digest: self.digest(),
-            mapping_version: MAPPING_VERSION.into(),
+            mapping_version: tenant.mapping_version().to_string(),
             component: stamp.component,
             component_version: stamp.component_version,
             trace_id: stamp.trace_id,
@@ -296,7 +297,7 @@ mod tests {
             error: "ServiceUnavailable (503)".into(),
         };
         let d = group.decision(
-            "acme",
+            &Tenant::new("acme", Default::default()),
             &CompiledPolicy::builtin_default(),
             Stamp::now("tenantplane-syncer"),
         );

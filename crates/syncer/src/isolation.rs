@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tenantplane_api::{IsolationProfile, Tenant, provenance};
 use tenantplane_client::{ClientConfig, ClientError};
-use tenantplane_core::MAPPING_VERSION;
+use tenantplane_core::MappingVersion;
 use tenantplane_core::decision::{
     Decision, HostAction, HostTarget, Outcome, ProfileRef, Stamp, Subject,
 };
@@ -202,6 +202,8 @@ pub struct Source {
     pub resource_version: String,
     /// `sha256:` of the profile (the decisions' input digest).
     pub digest: String,
+    /// The tenant's mapping scheme, recorded in the decisions.
+    pub mapping: MappingVersion,
 }
 
 impl Source {
@@ -215,6 +217,7 @@ impl Source {
             uid: profile.uid().unwrap_or_default(),
             resource_version: profile.resource_version().unwrap_or_default(),
             digest: digest(&serde_json::to_value(profile)?),
+            mapping: tenant.mapping_version(),
         })
     }
 
@@ -257,7 +260,7 @@ impl Source {
             field_path: None,
             stripped_keys: Vec::new(),
             input_digest: self.digest.clone(),
-            mapping_version: MAPPING_VERSION.into(),
+            mapping_version: self.mapping.to_string(),
             component: stamp.component,
             component_version: stamp.component_version,
             trace_id: stamp.trace_id,

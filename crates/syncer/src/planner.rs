@@ -59,11 +59,15 @@ pub trait PlanService: Send + Sync + std::fmt::Debug + 'static {
     ) -> futures::future::BoxFuture<'a, Result<Vec<Plan>, PlanError>>;
 }
 
+/// What an in-process planner is compiled for: tenant, host namespace, mapping scheme, policy.
+type PlannerKey = (String, String, tenantplane_api::MappingVersion, String);
+
 /// The planner core run in-process (same computation as the planner service).
 #[derive(Debug, Default)]
 pub struct InProcessPlanner {
-    /// Planners by (tenant, host namespace, policy text): compiling CEL is the costly part.
-    planners: Mutex<HashMap<(String, String, String), Arc<Planner>>>,
+    /// Planners by (tenant, host namespace, mapping scheme, policy text): compiling CEL is the
+    /// costly part.
+    planners: Mutex<HashMap<PlannerKey, Arc<Planner>>>,
 }
 
 impl InProcessPlanner {
@@ -71,6 +75,7 @@ impl InProcessPlanner {
         let key = (
             tenant.name().to_string(),
             tenant.host_namespace(),
+            tenant.mapping_version(),
             text.unwrap_or("").to_string(),
         );
         let mut cache = self.planners.lock().expect("planner cache lock");
@@ -103,7 +108,8 @@ impl PlanService for InProcessPlanner {
             for m in request.host {
                 host.insert(m.clone());
             }
-            Ok(planner.plan_all(request.objects, &host).collect())
+            let objects: Vec<&TenantObject> = request.objects.iter().collect();
+            Ok(planner.plan_batch(&objects, &host))
         })
     }
 }

@@ -1,6 +1,10 @@
-//! The reconcile core: given a tenant object (or its absence), the planner's plan and the host
-//! object at the target name, the host action and the decision. Pure: no client, no clock beyond
-//! the [`Stamp`] passed in, tested without a cluster.
+//! The reconcile core: given a tenant object (or its absence), the planner's plan and what the
+//! syncer sees live ([`Live`]: the host object at the target name, the host objects the object's
+//! references resolve to, the other tenant objects at its v1 host name), the host action and the
+//! decision. Every check the planner made is made again on the live view with the same core
+//! functions (collision, translation and references, shared v1 names): the live view wins over
+//! the planner's. Pure: no client, no clock beyond the [`Stamp`] passed in, tested without a
+//! cluster.
 //!
 //! ```text
 //!  tenant object ──plan (planner)──▶ verdict + placement
@@ -15,9 +19,10 @@ use serde_json::{Value, json};
 use tenantplane_api::{SyncAction, provenance};
 use tenantplane_core::collision::{self, Collision, ConflictCause, HostObjectMeta};
 use tenantplane_core::decision::{Decision, HostAction, HostTarget, Outcome, Stamp, Subject};
-use tenantplane_core::mapping::{self, MAPPING_VERSION, TenantPlacement};
+use tenantplane_core::mapping::{self, TenantPlacement};
+use tenantplane_core::reference::HostObjects;
 use tenantplane_core::translate::{self, HostDesired};
-use tenantplane_core::{Plan, SourceIdentity, TenantObject};
+use tenantplane_core::{Plan, Planner, SourceIdentity, TenantObject};
 
 /// What to do to the host.
 #[derive(Clone, Debug, PartialEq)]
@@ -55,6 +60,26 @@ impl Step {
     }
 }
 
+/// What the syncer sees live when it decides about one tenant object.
+pub struct Live<'a> {
+    /// The host object at the object's target name, if any.
+    pub host: Option<&'a Value>,
+    /// The host objects of the tenant's host namespace, for the reference check.
+    pub references: &'a dyn HostObjects,
+    /// Under mapping v1, the other tenant objects of the object's kind whose host name is its
+    /// own.
+    pub sharing: Vec<&'a TenantObject>,
+}
+
+impl std::fmt::Debug for Live<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Live")
+            .field("host", &self.host)
+            .field("sharing", &self.sharing)
+            .finish_non_exhaustive()
+    }
+}
+
 /// Metadata of a host object as JSON, for the collision check.
 pub fn host_meta(host: &Value) -> Option<HostObjectMeta> {
     HostObjectMeta::from_value(host).ok()
@@ -71,15 +96,17 @@ fn resource_version_of(v: &Value) -> Option<&str> {
         .and_then(Value::as_str)
 }
 
-/// Reconciles a present tenant object. `plan` is the planner's answer; the collision check is
-/// re-run against `host` (the live host object at the placement's name, if any).
+/// Reconciles a present tenant object. `plan` is the planner's answer; the collision check, the
+/// translation with its reference check and the v1 shared-name rule are re-run on `live`.
 pub fn reconcile_present(
-    tenant: &TenantPlacement,
+    planner: &Planner,
     object: &TenantObject,
     plan: &Plan,
-    host: Option<&Value>,
+    live: Live<'_>,
     stamp: Stamp,
 ) -> Step {
+    let tenant = planner.placement();
+    let host = live.host;
     let mut plan = plan.clone();
     let meta = host.and_then(host_meta);
     let ours = matches!(
@@ -140,16 +167,13 @@ pub fn reconcile_present(
             );
         }
         plan.collision = Some(c);
+        if let Some(by) = planner.claimant(object, &plan, live.sharing.iter().copied()) {
+            plan.refuse_claimed(&by.identity);
+        }
         if plan.outcome == Outcome::Synced {
-            match translate::to_host(tenant, object, &plan.placement) {
+            match planner.translate(object, &plan, live.references) {
                 Ok(d) => desired = Some(d),
-                Err(e) => {
-                    plan.outcome = Outcome::Rejected;
-                    plan.action = HostAction::None;
-                    plan.reason = e.reason.to_string();
-                    plan.message = format!("cannot be placed on the host safely: {}", e.message);
-                    plan.verdict.field_path = Some(e.field_path);
-                }
+                Err(refusal) => plan.refuse(refusal),
             }
         }
     }
@@ -271,7 +295,7 @@ pub fn reconcile_absent(
         field_path: None,
         stripped_keys: Vec::new(),
         input_digest: String::new(),
-        mapping_version: MAPPING_VERSION.into(),
+        mapping_version: tenant.mapping.to_string(),
         component: stamp.component,
         component_version: stamp.component_version,
         trace_id: stamp.trace_id,
@@ -319,7 +343,7 @@ pub fn deferred(
         field_path: None,
         stripped_keys: Vec::new(),
         input_digest: tenantplane_core::planner::input_digest(&object.object),
-        mapping_version: MAPPING_VERSION.into(),
+        mapping_version: tenant.mapping.to_string(),
         component: stamp.component,
         component_version: stamp.component_version,
         trace_id: stamp.trace_id,
@@ -424,12 +448,32 @@ pub fn observed_digest(object: &Value) -> String {
 mod tests {
     use super::*;
     use tenantplane_api::Tenant;
-    use tenantplane_core::{CompiledPolicy, Planner};
+    use tenantplane_core::CompiledPolicy;
+    use tenantplane_core::planner::HostState;
 
     fn tenant() -> TenantPlacement {
         TenantPlacement {
             tenant: "acme".into(),
             host_namespace: "tenant-acme".into(),
+            mapping: tenantplane_core::MappingVersion::V2,
+        }
+    }
+
+    /// A host namespace with nothing at the references' names.
+    struct NoHostObjects;
+
+    impl HostObjects for NoHostObjects {
+        fn host_object(&self, _: &str, _: &str, _: &str) -> Option<HostObjectMeta> {
+            None
+        }
+    }
+
+    /// The live view of a lone object: `host` at its target, nothing else.
+    fn live(host: Option<&Value>) -> Live<'_> {
+        Live {
+            host,
+            references: &NoHostObjects,
+            sharing: Vec::new(),
         }
     }
 
@@ -465,7 +509,13 @@ mod tests {
     fn create_then_unchanged_then_update() {
         let p = planner();
         let o = cm("a");
-        let step = reconcile_present(&tenant(), &o, &p.plan(&o, None), None, stamp());
+        let step = reconcile_present(
+            &p,
+            &o,
+            &p.plan(&o, &HostState::default()),
+            live(None),
+            stamp(),
+        );
         assert_eq!(step.decision.outcome, Outcome::Synced);
         let write = step.write.clone().unwrap();
         let HostWrite::Create(created) = &write else {
@@ -478,16 +528,22 @@ mod tests {
         let host = landed(&write);
 
         // Resync with the same object: nothing written, whatever the host added.
-        let again = reconcile_present(&tenant(), &o, &p.plan(&o, None), Some(&host), stamp());
+        let again = reconcile_present(
+            &p,
+            &o,
+            &p.plan(&o, &HostState::default()),
+            live(Some(&host)),
+            stamp(),
+        );
         assert_eq!(again.decision.outcome, Outcome::Unchanged);
         assert_eq!(again.write, None);
 
         let changed = cm("b");
         let upd = reconcile_present(
-            &tenant(),
+            &p,
             &changed,
-            &p.plan(&changed, None),
-            Some(&host),
+            &p.plan(&changed, &HostState::default()),
+            live(Some(&host)),
             stamp(),
         );
         assert_eq!(upd.decision.outcome, Outcome::Synced);
@@ -502,11 +558,11 @@ mod tests {
     fn a_foreign_host_object_is_a_conflict_even_when_the_planner_did_not_see_it() {
         let p = planner();
         let o = cm("a");
-        let plan = p.plan(&o, None);
+        let plan = p.plan(&o, &HostState::default());
         let foreign = json!({"apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": "cfg-x-web", "namespace": "tenant-acme", "uid": "f"},
             "data": {"theirs": "1"}});
-        let step = reconcile_present(&tenant(), &o, &plan, Some(&foreign), stamp());
+        let step = reconcile_present(&p, &o, &plan, live(Some(&foreign)), stamp());
         assert_eq!(step.decision.outcome, Outcome::Conflict);
         assert_eq!(step.decision.reason, "HostObjectNotManaged");
         assert_eq!(step.write, None);
@@ -523,15 +579,33 @@ mod tests {
             .unwrap()
         };
         let bad = pod(true);
-        let step = reconcile_present(&tenant(), &bad, &p.plan(&bad, None), None, stamp());
+        let step = reconcile_present(
+            &p,
+            &bad,
+            &p.plan(&bad, &HostState::default()),
+            live(None),
+            stamp(),
+        );
         assert_eq!(step.decision.outcome, Outcome::Rejected);
         assert_eq!(step.decision.reason, "HostNetworkForbidden");
         assert_eq!(step.write, None);
 
         let good = pod(false);
-        let created = reconcile_present(&tenant(), &good, &p.plan(&good, None), None, stamp());
+        let created = reconcile_present(
+            &p,
+            &good,
+            &p.plan(&good, &HostState::default()),
+            live(None),
+            stamp(),
+        );
         let host = landed(created.write.as_ref().unwrap());
-        let step = reconcile_present(&tenant(), &bad, &p.plan(&bad, None), Some(&host), stamp());
+        let step = reconcile_present(
+            &p,
+            &bad,
+            &p.plan(&bad, &HostState::default()),
+            live(Some(&host)),
+            stamp(),
+        );
         assert_eq!(step.decision.outcome, Outcome::Rejected);
         assert_eq!(
             step.write,
@@ -549,7 +623,13 @@ mod tests {
             "metadata": {"name": "tok", "namespace": "web"},
             "type": "kubernetes.io/service-account-token"}))
         .unwrap();
-        let step = reconcile_present(&tenant(), &o, &p.plan(&o, None), None, stamp());
+        let step = reconcile_present(
+            &p,
+            &o,
+            &p.plan(&o, &HostState::default()),
+            live(None),
+            stamp(),
+        );
         assert_eq!(step.decision.outcome, Outcome::Rejected);
         assert_eq!(step.decision.reason, "ServiceAccountTokenSecretForbidden");
         assert_eq!(step.decision.field_path.as_deref(), Some("type"));
@@ -560,7 +640,13 @@ mod tests {
     fn deletion_only_of_our_own_host_object() {
         let p = planner();
         let o = cm("a");
-        let created = reconcile_present(&tenant(), &o, &p.plan(&o, None), None, stamp());
+        let created = reconcile_present(
+            &p,
+            &o,
+            &p.plan(&o, &HostState::default()),
+            live(None),
+            stamp(),
+        );
         let host = landed(created.write.as_ref().unwrap());
         let step = reconcile_absent(&tenant(), &o.identity, Some(&host), stamp()).unwrap();
         assert_eq!(step.decision.outcome, Outcome::Deleted);
@@ -596,16 +682,22 @@ mod tests {
     fn a_host_object_of_an_earlier_incarnation_is_deleted_first() {
         let p = planner();
         let old = cm("a");
-        let created = reconcile_present(&tenant(), &old, &p.plan(&old, None), None, stamp());
+        let created = reconcile_present(
+            &p,
+            &old,
+            &p.plan(&old, &HostState::default()),
+            live(None),
+            stamp(),
+        );
         let host = landed(created.write.as_ref().unwrap());
         let mut recreated = cm("a");
         recreated.identity.uid = "u2".into();
         recreated.object["metadata"]["uid"] = json!("u2");
         let step = reconcile_present(
-            &tenant(),
+            &p,
             &recreated,
-            &p.plan(&recreated, None),
-            Some(&host),
+            &p.plan(&recreated, &HostState::default()),
+            live(Some(&host)),
             stamp(),
         );
         assert_eq!(step.decision.outcome, Outcome::Deleted);
@@ -626,10 +718,22 @@ mod tests {
             "metadata": {"name": "p", "namespace": "web", "uid": "u"},
             "spec": {"containers": [{"name": "a", "image": "x"}]}}))
         .unwrap();
-        let created = reconcile_present(&tenant(), &o, &p.plan(&o, None), None, stamp());
+        let created = reconcile_present(
+            &p,
+            &o,
+            &p.plan(&o, &HostState::default()),
+            live(None),
+            stamp(),
+        );
         let mut host = landed(created.write.as_ref().unwrap());
         host["status"] = json!({"phase": "Running", "podIP": "10.0.0.9"});
-        let step = reconcile_present(&tenant(), &o, &p.plan(&o, None), Some(&host), stamp());
+        let step = reconcile_present(
+            &p,
+            &o,
+            &p.plan(&o, &HostState::default()),
+            live(Some(&host)),
+            stamp(),
+        );
         assert_eq!(step.write, None);
         assert_eq!(
             step.status_up,
@@ -644,7 +748,13 @@ mod tests {
             "metadata": {"name": "cfg", "namespace": "web",
                 "labels": {"tenantplane.io/tenant": "victim"}}}))
         .unwrap();
-        let step = reconcile_present(&tenant(), &o, &p.plan(&o, None), None, stamp());
+        let step = reconcile_present(
+            &p,
+            &o,
+            &p.plan(&o, &HostState::default()),
+            live(None),
+            stamp(),
+        );
         let Some(HostWrite::Create(v)) = &step.write else {
             panic!()
         };
@@ -659,7 +769,13 @@ mod tests {
     fn a_write_refused_by_its_precondition_is_recorded_as_not_applied() {
         let p = planner();
         let o = cm("a");
-        let create = reconcile_present(&tenant(), &o, &p.plan(&o, None), None, stamp());
+        let create = reconcile_present(
+            &p,
+            &o,
+            &p.plan(&o, &HostState::default()),
+            live(None),
+            stamp(),
+        );
         let d = superseded(&create.decision, "AlreadyExists (409)", stamp());
         assert_eq!(d.outcome, Outcome::Failed);
         assert_eq!(d.reason, "HostObjectChanged");
@@ -675,7 +791,13 @@ mod tests {
     fn a_write_the_host_refuses_for_its_content_is_not_retried_with_backoff() {
         let p = planner();
         let o = cm("a");
-        let create = reconcile_present(&tenant(), &o, &p.plan(&o, None), None, stamp());
+        let create = reconcile_present(
+            &p,
+            &o,
+            &p.plan(&o, &HostState::default()),
+            live(None),
+            stamp(),
+        );
         let d = refused_by_host(&create.decision, "violates PodSecurity", stamp());
         assert_eq!(
             (d.outcome, d.reason.as_str()),

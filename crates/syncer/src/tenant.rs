@@ -9,6 +9,11 @@
 //!  resync timer ──every key────────────┘                           fair across tenants)
 //! ```
 //!
+//! Besides the synced kinds, the host namespace's objects of every kind a tenant object may name
+//! ([`REFERENCEABLE_KINDS`]) are watched, so that the reference check sees what each reference
+//! resolves to. Under mapping v1 an index of tenant objects by host name finds the objects that
+//! share one (`sharing`), so which of them takes it does not depend on event order.
+//!
 //! The host store lags the syncer's own writes: a key whose last host write the store does not
 //! show yet is not decided on until it does (`OwnWrite`), so a create never looks missing and a
 //! delete never looks undone. Up from the host: status, a Service's cluster IPs (the tenant
@@ -19,7 +24,7 @@
 //! Endpoints' subsets (`trim_tenant_object`, `trim_host_object`; the rest of a host object is
 //! compared by the digest it carries).
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -36,9 +41,10 @@ use std::time::Instant;
 use tenantplane_api::{Tenant, provenance};
 use tenantplane_core::collision::HostObjectMeta;
 use tenantplane_core::decision::{HostAction, Outcome};
-use tenantplane_core::mapping::{self, TenantPlacement};
+use tenantplane_core::mapping::{MappingVersion, TenantPlacement};
+use tenantplane_core::reference::{HostObjects, REFERENCEABLE_KINDS};
 use tenantplane_core::translate;
-use tenantplane_core::{SourceIdentity, TenantObject};
+use tenantplane_core::{CompiledPolicy, Planner, SourceIdentity, TenantObject};
 use tenantplane_telemetry::propagation;
 use tokio::sync::{Semaphore, watch};
 use tokio::task::JoinHandle;
@@ -212,7 +218,14 @@ struct Worker {
     tenant: Tenant,
     placement: TenantPlacement,
     policy: Option<String>,
+    /// The planner core under the same policy, for the checks made again on the live view.
+    planner: Planner,
     kinds: Vec<Kind>,
+    /// Host stores of the referenceable kinds that are not synced, by (group, kind).
+    referenced: Vec<(ApiResource, Store<DynamicObject>)>,
+    /// Under mapping v1: the (namespace, name) of tenant objects by (kind, host name), as seen
+    /// by the tenant watches; entries are checked against the stores when read.
+    sharing: Mutex<HashMap<(usize, String), BTreeSet<(String, String)>>>,
     queue: Arc<crate::queue::WorkQueue<Key>>,
     recorder: DecisionRecorder,
     tenant_client: Client,
@@ -241,7 +254,7 @@ struct Worker {
 pub async fn start(
     shared: Arc<Shared>,
     tenant: Tenant,
-    policy_text: Option<String>,
+    (policy_text, policy): (Option<String>, CompiledPolicy),
     kinds: Vec<(ApiResource, ApiCapabilities)>,
     tenant_client: Client,
     ledger: TenantLedger,
@@ -266,6 +279,21 @@ pub async fn start(
         });
         watch_streams.push((index, tenant_api, tenant_writer, host_api, host_writer));
     }
+    let mut referenced = Vec::new();
+    let mut reference_watches = Vec::new();
+    for (group, kind) in REFERENCEABLE_KINDS {
+        if kinds
+            .iter()
+            .any(|(ar, _)| ar.group == group && ar.kind == kind)
+        {
+            continue;
+        }
+        let ar = ApiResource::from_gvk(&kube::core::GroupVersionKind::gvk(group, "v1", kind));
+        let writer = reflector::store::Writer::new(ar.clone());
+        referenced.push((ar.clone(), writer.as_reader()));
+        let api = Api::<DynamicObject>::namespaced_with(shared.host.clone(), &host_ns, &ar);
+        reference_watches.push((type_meta(&ar), api, writer));
+    }
     let tuning = shared.tuning.clone();
     let metrics = shared.metrics.clone();
     let tenant_name = placement.tenant.clone();
@@ -281,7 +309,10 @@ pub async fn start(
         shared,
         placement,
         policy: policy_text,
+        planner: Planner::new(&tenant, policy),
         kinds: kind_table,
+        referenced,
+        sharing: Mutex::new(HashMap::new()),
         queue,
         tenant_limiter: RateLimiter::new(tuning.tenant_qps, tuning.tenant_burst),
         attempts: Mutex::new(HashMap::new()),
@@ -317,6 +348,7 @@ pub async fn start(
                     Ok(obj) => {
                         let namespace = obj.namespace().unwrap_or_default();
                         let name = obj.name_any();
+                        w.share_host_name(index, &namespace, &name);
                         // A Service decides whether its Endpoints are synced: look at them again.
                         if let Some(endpoints) =
                             w.endpoints_kind.filter(|_| Some(index) == w.service_kind)
@@ -364,9 +396,29 @@ pub async fn start(
         }));
     }
 
+    for (types, api, writer) in reference_watches {
+        let tenant = worker.placement.tenant.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut events = watcher(api, watcher::Config::default())
+                .default_backoff()
+                .modify(move |obj| trim_host_object(&types, false, obj))
+                .reflect(writer)
+                .touched_objects()
+                .boxed();
+            while let Some(event) = events.next().await {
+                if let Err(e) = event {
+                    tracing::warn!(tenant = %tenant, error = %e, "host watch of a referenced kind");
+                }
+            }
+        }));
+    }
+
     let (ready_tx, ready) = watch::channel(false);
     let w = worker.clone();
     tasks.push(tokio::spawn(async move {
+        for (_, store) in &w.referenced {
+            let _ = store.wait_until_ready().await;
+        }
         for k in &w.kinds {
             // Nothing is decided before both sides are listed: an unlisted store would look like
             // deleted tenant objects and delete their host objects.
@@ -461,6 +513,22 @@ fn trim_host_object(types: &TypeMeta, service: bool, obj: &mut DynamicObject) {
             "spec" => service,
             _ => false,
         });
+    }
+}
+
+impl HostObjects for Worker {
+    fn host_object(&self, group: &str, kind: &str, name: &str) -> Option<HostObjectMeta> {
+        let store = self
+            .kinds
+            .iter()
+            .map(|k| (&k.ar, &k.host))
+            .chain(self.referenced.iter().map(|(ar, store)| (ar, store)))
+            .find(|(ar, _)| ar.group == group && ar.kind == kind)
+            .map(|(ar, store)| (ar.clone(), store))?;
+        let (ar, store) = store;
+        let obj =
+            store.get(&ObjectRef::new_with(name, ar).within(&self.placement.host_namespace))?;
+        reconcile::host_meta(&to_value(&obj))
     }
 }
 
@@ -576,14 +644,56 @@ impl Worker {
     /// The host name of a key's object.
     fn host_name_of(&self, key: &Key) -> String {
         let ar = &self.kinds[key.kind].ar;
-        mapping::host_name(
-            &self.placement.tenant,
-            &ar.group,
-            &ar.kind,
-            &key.namespace,
-            &key.name,
-        )
-        .0
+        self.placement
+            .host_name(&ar.group, &ar.kind, &key.namespace, &key.name)
+    }
+
+    /// Under mapping v1, notes the tenant object `namespace/name` of kind `index` under its host
+    /// name, and queues the other objects there: which of them takes the name may have changed.
+    fn share_host_name(&self, index: usize, namespace: &str, name: &str) {
+        if self.placement.mapping != MappingVersion::V1 {
+            return;
+        }
+        let key = Key {
+            kind: index,
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+        };
+        let slot = (index, self.host_name_of(&key));
+        let mut sharing = self.sharing.lock().expect("sharing lock");
+        let at = sharing.entry(slot).or_default();
+        at.insert((key.namespace, key.name));
+        for (namespace, name) in at
+            .iter()
+            .filter(|(ns, n)| (ns.as_str(), n.as_str()) != (namespace, name))
+        {
+            self.queue.push(Key {
+                kind: index,
+                namespace: namespace.clone(),
+                name: name.clone(),
+            });
+        }
+    }
+
+    /// Under mapping v1, the other tenant objects of the key's kind at its host name.
+    fn sharing_host_name(&self, key: &Key) -> Vec<TenantObject> {
+        if self.placement.mapping != MappingVersion::V1 {
+            return Vec::new();
+        }
+        let kind = &self.kinds[key.kind];
+        let sharing = self.sharing.lock().expect("sharing lock");
+        let Some(at) = sharing.get(&(key.kind, self.host_name_of(key))) else {
+            return Vec::new();
+        };
+        at.iter()
+            .filter(|(ns, n)| (ns, n) != (&key.namespace, &key.name))
+            .filter_map(|(ns, n)| {
+                let obj = kind
+                    .tenant
+                    .get(&ObjectRef::new_with(n, kind.ar.clone()).within(ns))?;
+                TenantObject::from_value(to_value(&obj)).ok()
+            })
+            .collect()
     }
 
     /// Whether the host store has not yet shown this syncer's last write at the key's host name:
@@ -933,11 +1043,16 @@ impl Worker {
         }
         let cached = self.host_of(key, object);
         let span = tracing::Span::current();
+        let sharing = self.sharing_host_name(key);
         let mut step = reconcile::reconcile_present(
-            &self.placement,
+            &self.planner,
             object,
             plan,
-            cached.as_ref(),
+            reconcile::Live {
+                host: cached.as_ref(),
+                references: self,
+                sharing: sharing.iter().collect(),
+            },
             trace::stamp_in(&span, COMPONENT),
         );
         if let Some(r) = self.recreations.lock().expect("recreations lock").get(key)
@@ -1171,14 +1286,7 @@ impl Worker {
         let kind = &self.kinds[key.kind];
         let started = Instant::now();
         let k = self.key_string(key);
-        let name = mapping::host_name(
-            &self.placement.tenant,
-            &kind.ar.group,
-            &kind.ar.kind,
-            &key.namespace,
-            &key.name,
-        )
-        .0;
+        let name = self.host_name_of(key);
         let source = SourceIdentity {
             api_version: kind.ar.api_version.clone(),
             kind: kind.ar.kind.clone(),

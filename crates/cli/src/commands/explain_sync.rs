@@ -206,14 +206,15 @@ pub fn explain(planner: &Planner, host: &HostState, objects: Vec<ObjectInput>) -
         .iter()
         .filter_map(|(_, o)| o.as_ref().ok())
         .collect();
-    let planned = parallel::map_in_order(&valid, |object| {
-        let plan = planner
-            .plan_all([*object], host)
-            .next()
-            .expect("one plan per object");
-        let decision = plan.to_decision(planner.tenant(), object, Stamp::now(COMPONENT));
-        Planned { decision, plan }
+    let plans = planner.plan_batch(&valid, host);
+    let each: Vec<usize> = (0..valid.len()).collect();
+    let decisions = parallel::map_in_order(&each, |&i| {
+        plans[i].to_decision(planner.tenant(), valid[i], Stamp::now(COMPONENT))
     });
+    let planned = plans
+        .into_iter()
+        .zip(decisions)
+        .map(|(plan, decision)| Planned { decision, plan });
     assemble(
         objects
             .iter()

@@ -12,7 +12,7 @@ use tenantplane_api::{IsolationLevel, SyncAction, Tenant, TenantSpec};
 use tenantplane_core::collision::{Collision, ConflictCause};
 use tenantplane_core::decision::{HostAction, HostTarget, PolicyRef, ProfileRef, Stamp, Subject};
 use tenantplane_core::mapping::{
-    self, HostNameForm, MAPPING_VERSION, NameSyntax, Provenance, TenantPlacement,
+    self, HostNameForm, MappingVersion, NameSyntax, Provenance, TenantPlacement,
 };
 use tenantplane_core::planner::json_digest;
 use tenantplane_core::{Decision, Outcome, Placement, Plan, SourceIdentity, TenantObject, Verdict};
@@ -23,7 +23,8 @@ use tenantplane_proto::types::v1 as types;
 
 use crate::error::FieldError;
 
-/// The Tenant a TenantRef names: a DNS-1123 label name and an optional host namespace.
+/// The Tenant a TenantRef names: a DNS-1123 label name, an optional host namespace and its
+/// mapping scheme (empty: `v1`).
 pub fn tenant(tenant: Option<&types::TenantRef>) -> Result<Tenant, FieldError> {
     let tenant = tenant.ok_or_else(|| FieldError::new("tenant", "is required"))?;
     dns_label("tenant.name", &tenant.name)?;
@@ -33,10 +34,20 @@ pub fn tenant(tenant: Option<&types::TenantRef>) -> Result<Tenant, FieldError> {
         dns_label("tenant.host_namespace", &tenant.host_namespace)?;
         Some(tenant.host_namespace.clone())
     };
+    let mapping_version = match tenant.mapping_version.as_str() {
+        "" => MappingVersion::V1,
+        v => MappingVersion::parse(v).ok_or_else(|| {
+            FieldError::new(
+                "tenant.mapping_version",
+                format!("is {v:?}; this planner computes the mapping schemes v1 and v2"),
+            )
+        })?,
+    };
     Ok(Tenant::new(
         &tenant.name,
         TenantSpec {
             host_namespace,
+            mapping_version: Some(mapping_version),
             ..TenantSpec::default()
         },
     ))
@@ -96,7 +107,9 @@ pub fn object_ref(field: &str, r: &types::ObjectRef) -> Result<ObjectRef, FieldE
 /// The plan and decision of one object, as the planner answered them in the full forms (every
 /// decision and placement field set), moved out of the response.
 pub fn object_plan(field: &str, p: planner::ObjectPlan) -> Result<(Plan, Decision), FieldError> {
-    let (_, plan, decision) = plan_parts(field, p, None, None)?;
+    // The full placement names its mapping scheme in its annotations; v1 is what planners that
+    // predate v2 placed with.
+    let (_, plan, decision) = plan_parts(field, p, None, None, MappingVersion::V1)?;
     Ok((plan, decision_of(&format!("{field}.decision"), decision)?))
 }
 
@@ -138,7 +151,7 @@ pub fn object_json(object: &TenantObject) -> Vec<u8> {
 
 /// How the plans of one Plan answer are completed: in the forms the response says it is in,
 /// what the planner left out is derived or rebuilt here, by the core code that computed it on the
-/// planner, from what was sent. The request named this build's [`MAPPING_VERSION`].
+/// planner, from what was sent. The request named the tenant's mapping scheme.
 #[derive(Clone, Copy, Debug)]
 pub struct PlanAnswer<'a> {
     /// The tenant of the request.
@@ -209,7 +222,13 @@ impl<'a> PlanAnswer<'a> {
         sent: SentObject,
     ) -> Result<(Plan, Decision), FieldError> {
         let derived = self.derived_placements.then_some(sent.placement);
-        let (source, plan, d) = plan_parts(field, p, derived, self.minimal.as_ref())?;
+        let (source, plan, d) = plan_parts(
+            field,
+            p,
+            derived,
+            self.minimal.as_ref(),
+            self.tenant.mapping,
+        )?;
         if !self.compact_decisions {
             return Ok((plan, decision_of(&format!("{field}.decision"), d)?));
         }
@@ -222,7 +241,7 @@ impl<'a> PlanAnswer<'a> {
             Some(shared) => (
                 shared.component.to_string(),
                 shared.component_version.to_string(),
-                MAPPING_VERSION.to_string(),
+                self.tenant.mapping.to_string(),
                 sent.input_digest,
             ),
             None => (
@@ -264,6 +283,7 @@ fn plan_parts(
     p: planner::ObjectPlan,
     derived: Option<Placement>,
     minimal: Option<&Shared>,
+    mapping: MappingVersion,
 ) -> Result<(Option<types::SourceIdentity>, Plan, types::Decision), FieldError> {
     let (outcome, host_action) = (p.outcome(), p.action());
     let placement = match (p.placement, derived) {
@@ -272,6 +292,7 @@ fn plan_parts(
             field,
             required_moved(field, "placement", placement)?,
             derived,
+            mapping,
         )?,
     };
     let v = required_moved(field, "verdict", p.verdict)?;
@@ -326,6 +347,7 @@ fn placement_of(
     field: &str,
     placement: planner::Placement,
     derived: Option<Placement>,
+    mapping: MappingVersion,
 ) -> Result<Placement, FieldError> {
     let name_form = match placement.name_form() {
         planner::NameForm::Readable => HostNameForm::Readable,
@@ -336,6 +358,11 @@ fn placement_of(
     };
     let target = required_moved(field, "placement.target", placement.target)?;
     let Some(derived) = derived else {
+        let mapping = placement
+            .annotations
+            .get(tenantplane_api::provenance::MAPPING_VERSION)
+            .and_then(|v| MappingVersion::parse(v))
+            .unwrap_or(mapping);
         return Ok(Placement {
             api_version: target.api_version,
             kind: target.kind,
@@ -344,6 +371,7 @@ fn placement_of(
             name_form,
             labels: placement.labels.into_iter().collect(),
             annotations: placement.annotations.into_iter().collect(),
+            mapping_version: mapping,
             stripped_keys: placement.stripped_keys,
         });
     };
@@ -364,10 +392,7 @@ fn placement_of(
     if lands != answered {
         return Err(FieldError::new(
             format!("{field}.placement.target"),
-            format!(
-                "is {answered:?}, but mapping {MAPPING_VERSION} places the object sent at \
-                 {lands:?}"
-            ),
+            format!("is {answered:?}, but mapping {mapping} places the object sent at {lands:?}"),
         ));
     }
     Ok(derived)

@@ -4,18 +4,20 @@ use k8s_openapi::jiff::Timestamp;
 use tenantplane_api::{IsolationLevel, SyncAction, Tenant};
 use tenantplane_core::collision::{Collision, ConflictCause};
 use tenantplane_core::decision::{HostAction, HostTarget, PolicyRef, ProfileRef, Stamp, Subject};
-use tenantplane_core::mapping::{HostNameForm, MAPPING_VERSION, Provenance};
+use tenantplane_core::mapping::{HostNameForm, MappingVersion, Provenance};
 use tenantplane_core::{Decision, Outcome, Placement, Plan, SourceIdentity, Verdict};
 use tenantplane_isolation::{CompiledObject, IsolationProvenance, ObjectRef};
 use tenantplane_proto::isolation::v1 as isolation;
 use tenantplane_proto::planner::v1 as planner;
 use tenantplane_proto::types::v1 as types;
 
-/// A tenant as the wire carries it: its name and explicit host namespace (empty: the default).
+/// A tenant as the wire carries it: its name, explicit host namespace (empty: the default) and
+/// the mapping scheme it resolves to.
 pub fn tenant(tenant: &Tenant) -> types::TenantRef {
     types::TenantRef {
         name: tenant.name().to_string(),
         host_namespace: tenant.spec.host_namespace.clone().unwrap_or_default(),
+        mapping_version: tenant.mapping_version().to_string(),
     }
 }
 
@@ -74,7 +76,11 @@ pub fn object_plan(
 /// A decision record in the compact form (`DECISION_FORM_COMPACT`): only what its plan and
 /// request do not determine, the stamp and the digest of the object as the planner read it; see
 /// planner.proto for how a client rebuilds the rest.
-pub fn compact_decision(stamp: Stamp, input_digest: String) -> types::Decision {
+pub fn compact_decision(
+    stamp: Stamp,
+    input_digest: String,
+    mapping: MappingVersion,
+) -> types::Decision {
     let Stamp {
         id,
         time,
@@ -87,7 +93,7 @@ pub fn compact_decision(stamp: Stamp, input_digest: String) -> types::Decision {
         id,
         time: Some(timestamp(time)),
         input_digest,
-        mapping_version: MAPPING_VERSION.to_string(),
+        mapping_version: mapping.to_string(),
         component,
         component_version,
         trace_id: trace_id.unwrap_or_default(),
