@@ -20,7 +20,9 @@ pub mod object;
 pub mod parallel;
 pub mod planner;
 pub mod policy;
+pub mod scope;
 pub mod translate;
+pub mod watch;
 
 pub use collision::Collision;
 pub use decision::{Decision, Outcome};
