@@ -62,6 +62,9 @@ pub struct BuiltinKind {
     pub group: &'static str,
     /// Kind.
     pub kind: &'static str,
+    /// The version a 1.36 API server prefers (the newest stable one, else the newest beta,
+    /// else the newest alpha).
+    pub version: &'static str,
     /// Resource name (`deployments`).
     pub plural: &'static str,
     /// Scope.
@@ -73,6 +76,7 @@ pub struct BuiltinKind {
 const fn builtin(
     group: &'static str,
     kind: &'static str,
+    version: &'static str,
     plural: &'static str,
     scope: Scope,
     served: Served,
@@ -80,6 +84,7 @@ const fn builtin(
     BuiltinKind {
         group,
         kind,
+        version,
         plural,
         scope,
         served,
@@ -93,6 +98,7 @@ pub const BUILTIN_KINDS: &[BuiltinKind] = &[
     builtin(
         "",
         "Binding",
+        "v1",
         "bindings",
         Scope::Namespaced,
         Served::CreateOnly,
@@ -100,6 +106,7 @@ pub const BUILTIN_KINDS: &[BuiltinKind] = &[
     builtin(
         "",
         "ComponentStatus",
+        "v1",
         "componentstatuses",
         Scope::Cluster,
         Served::ListWatch,
@@ -107,6 +114,7 @@ pub const BUILTIN_KINDS: &[BuiltinKind] = &[
     builtin(
         "",
         "ConfigMap",
+        "v1",
         "configmaps",
         Scope::Namespaced,
         Served::ListWatch,
@@ -114,14 +122,23 @@ pub const BUILTIN_KINDS: &[BuiltinKind] = &[
     builtin(
         "",
         "Endpoints",
+        "v1",
         "endpoints",
         Scope::Namespaced,
         Served::ListWatch,
     ),
-    builtin("", "Event", "events", Scope::Namespaced, Served::ListWatch),
+    builtin(
+        "",
+        "Event",
+        "v1",
+        "events",
+        Scope::Namespaced,
+        Served::ListWatch,
+    ),
     builtin(
         "",
         "LimitRange",
+        "v1",
         "limitranges",
         Scope::Namespaced,
         Served::ListWatch,
@@ -129,14 +146,16 @@ pub const BUILTIN_KINDS: &[BuiltinKind] = &[
     builtin(
         "",
         "Namespace",
+        "v1",
         "namespaces",
         Scope::Cluster,
         Served::ListWatch,
     ),
-    builtin("", "Node", "nodes", Scope::Cluster, Served::ListWatch),
+    builtin("", "Node", "v1", "nodes", Scope::Cluster, Served::ListWatch),
     builtin(
         "",
         "PersistentVolume",
+        "v1",
         "persistentvolumes",
         Scope::Cluster,
         Served::ListWatch,
@@ -144,14 +163,23 @@ pub const BUILTIN_KINDS: &[BuiltinKind] = &[
     builtin(
         "",
         "PersistentVolumeClaim",
+        "v1",
         "persistentvolumeclaims",
         Scope::Namespaced,
         Served::ListWatch,
     ),
-    builtin("", "Pod", "pods", Scope::Namespaced, Served::ListWatch),
+    builtin(
+        "",
+        "Pod",
+        "v1",
+        "pods",
+        Scope::Namespaced,
+        Served::ListWatch,
+    ),
     builtin(
         "",
         "PodTemplate",
+        "v1",
         "podtemplates",
         Scope::Namespaced,
         Served::ListWatch,
@@ -159,6 +187,7 @@ pub const BUILTIN_KINDS: &[BuiltinKind] = &[
     builtin(
         "",
         "ReplicationController",
+        "v1",
         "replicationcontrollers",
         Scope::Namespaced,
         Served::ListWatch,
@@ -166,6 +195,7 @@ pub const BUILTIN_KINDS: &[BuiltinKind] = &[
     builtin(
         "",
         "ResourceQuota",
+        "v1",
         "resourcequotas",
         Scope::Namespaced,
         Served::ListWatch,
@@ -173,6 +203,7 @@ pub const BUILTIN_KINDS: &[BuiltinKind] = &[
     builtin(
         "",
         "Secret",
+        "v1",
         "secrets",
         Scope::Namespaced,
         Served::ListWatch,
@@ -180,6 +211,7 @@ pub const BUILTIN_KINDS: &[BuiltinKind] = &[
     builtin(
         "",
         "Service",
+        "v1",
         "services",
         Scope::Namespaced,
         Served::ListWatch,
@@ -187,6 +219,7 @@ pub const BUILTIN_KINDS: &[BuiltinKind] = &[
     builtin(
         "",
         "ServiceAccount",
+        "v1",
         "serviceaccounts",
         Scope::Namespaced,
         Served::ListWatch,
@@ -194,6 +227,7 @@ pub const BUILTIN_KINDS: &[BuiltinKind] = &[
     builtin(
         "admissionregistration.k8s.io",
         "MutatingAdmissionPolicy",
+        "v1",
         "mutatingadmissionpolicies",
         Scope::Cluster,
         Served::ListWatch,
@@ -201,6 +235,7 @@ pub const BUILTIN_KINDS: &[BuiltinKind] = &[
     builtin(
         "admissionregistration.k8s.io",
         "MutatingAdmissionPolicyBinding",
+        "v1",
         "mutatingadmissionpolicybindings",
         Scope::Cluster,
         Served::ListWatch,
@@ -208,6 +243,7 @@ pub const BUILTIN_KINDS: &[BuiltinKind] = &[
     builtin(
         "admissionregistration.k8s.io",
         "MutatingWebhookConfiguration",
+        "v1",
         "mutatingwebhookconfigurations",
         Scope::Cluster,
         Served::ListWatch,
@@ -215,6 +251,7 @@ pub const BUILTIN_KINDS: &[BuiltinKind] = &[
     builtin(
         "admissionregistration.k8s.io",
         "ValidatingAdmissionPolicy",
+        "v1",
         "validatingadmissionpolicies",
         Scope::Cluster,
         Served::ListWatch,
@@ -222,6 +259,7 @@ pub const BUILTIN_KINDS: &[BuiltinKind] = &[
     builtin(
         "admissionregistration.k8s.io",
         "ValidatingAdmissionPolicyBinding",
+        "v1",
         "validatingadmissionpolicybindings",
         Scope::Cluster,
         Served::ListWatch,
@@ -229,6 +267,7 @@ pub const BUILTIN_KINDS: &[BuiltinKind] = &[
     builtin(
         "admissionregistration.k8s.io",
         "ValidatingWebhookConfiguration",
+        "v1",
         "validatingwebhookconfigurations",
         Scope::Cluster,
         Served::ListWatch,
@@ -236,6 +275,7 @@ pub const BUILTIN_KINDS: &[BuiltinKind] = &[
     builtin(
         "apiextensions.k8s.io",
         "CustomResourceDefinition",
+        "v1",
         "customresourcedefinitions",
         Scope::Cluster,
         Served::ListWatch,
@@ -243,6 +283,7 @@ pub const BUILTIN_KINDS: &[BuiltinKind] = &[
     builtin(
         "apiregistration.k8s.io",
         "APIService",
+        "v1",
         "apiservices",
         Scope::Cluster,
         Served::ListWatch,
@@ -250,6 +291,7 @@ pub const BUILTIN_KINDS: &[BuiltinKind] = &[
     builtin(
         "apps",
         "ControllerRevision",
+        "v1",
         "controllerrevisions",
         Scope::Namespaced,
         Served::ListWatch,
@@ -257,6 +299,7 @@ pub const BUILTIN_KINDS: &[BuiltinKind] = &[
     builtin(
         "apps",
         "DaemonSet",
+        "v1",
         "daemonsets",
         Scope::Namespaced,
         Served::ListWatch,
@@ -264,6 +307,7 @@ pub const BUILTIN_KINDS: &[BuiltinKind] = &[
     builtin(
         "apps",
         "Deployment",
+        "v1",
         "deployments",
         Scope::Namespaced,
         Served::ListWatch,
@@ -271,6 +315,7 @@ pub const BUILTIN_KINDS: &[BuiltinKind] = &[
     builtin(
         "apps",
         "ReplicaSet",
+        "v1",
         "replicasets",
         Scope::Namespaced,
         Served::ListWatch,
@@ -278,6 +323,7 @@ pub const BUILTIN_KINDS: &[BuiltinKind] = &[
     builtin(
         "apps",
         "StatefulSet",
+        "v1",
         "statefulsets",
         Scope::Namespaced,
         Served::ListWatch,
@@ -285,6 +331,7 @@ pub const BUILTIN_KINDS: &[BuiltinKind] = &[
     builtin(
         "authentication.k8s.io",
         "SelfSubjectReview",
+        "v1",
         "selfsubjectreviews",
         Scope::Cluster,
         Served::CreateOnly,
@@ -292,6 +339,7 @@ pub const BUILTIN_KINDS: &[BuiltinKind] = &[
     builtin(
         "authentication.k8s.io",
         "TokenReview",
+        "v1",
         "tokenreviews",
         Scope::Cluster,
         Served::CreateOnly,
@@ -299,6 +347,7 @@ pub const BUILTIN_KINDS: &[BuiltinKind] = &[
     builtin(
         "authorization.k8s.io",
         "LocalSubjectAccessReview",
+        "v1",
         "localsubjectaccessreviews",
         Scope::Namespaced,
         Served::CreateOnly,
@@ -306,6 +355,7 @@ pub const BUILTIN_KINDS: &[BuiltinKind] = &[
     builtin(
         "authorization.k8s.io",
         "SelfSubjectAccessReview",
+        "v1",
         "selfsubjectaccessreviews",
         Scope::Cluster,
         Served::CreateOnly,
@@ -313,6 +363,7 @@ pub const BUILTIN_KINDS: &[BuiltinKind] = &[
     builtin(
         "authorization.k8s.io",
         "SelfSubjectRulesReview",
+        "v1",
         "selfsubjectrulesreviews",
         Scope::Cluster,
         Served::CreateOnly,
@@ -320,6 +371,7 @@ pub const BUILTIN_KINDS: &[BuiltinKind] = &[
     builtin(
         "authorization.k8s.io",
         "SubjectAccessReview",
+        "v1",
         "subjectaccessreviews",
         Scope::Cluster,
         Served::CreateOnly,
@@ -327,6 +379,7 @@ pub const BUILTIN_KINDS: &[BuiltinKind] = &[
     builtin(
         "autoscaling",
         "HorizontalPodAutoscaler",
+        "v2",
         "horizontalpodautoscalers",
         Scope::Namespaced,
         Served::ListWatch,
@@ -334,14 +387,23 @@ pub const BUILTIN_KINDS: &[BuiltinKind] = &[
     builtin(
         "batch",
         "CronJob",
+        "v1",
         "cronjobs",
         Scope::Namespaced,
         Served::ListWatch,
     ),
-    builtin("batch", "Job", "jobs", Scope::Namespaced, Served::ListWatch),
+    builtin(
+        "batch",
+        "Job",
+        "v1",
+        "jobs",
+        Scope::Namespaced,
+        Served::ListWatch,
+    ),
     builtin(
         "certificates.k8s.io",
         "CertificateSigningRequest",
+        "v1",
         "certificatesigningrequests",
         Scope::Cluster,
         Served::ListWatch,
@@ -349,6 +411,7 @@ pub const BUILTIN_KINDS: &[BuiltinKind] = &[
     builtin(
         "certificates.k8s.io",
         "ClusterTrustBundle",
+        "v1beta1",
         "clustertrustbundles",
         Scope::Cluster,
         Served::ListWatch,
@@ -356,6 +419,7 @@ pub const BUILTIN_KINDS: &[BuiltinKind] = &[
     builtin(
         "certificates.k8s.io",
         "PodCertificateRequest",
+        "v1beta1",
         "podcertificaterequests",
         Scope::Namespaced,
         Served::ListWatch,
@@ -363,6 +427,7 @@ pub const BUILTIN_KINDS: &[BuiltinKind] = &[
     builtin(
         "coordination.k8s.io",
         "Lease",
+        "v1",
         "leases",
         Scope::Namespaced,
         Served::ListWatch,
@@ -370,6 +435,7 @@ pub const BUILTIN_KINDS: &[BuiltinKind] = &[
     builtin(
         "coordination.k8s.io",
         "LeaseCandidate",
+        "v1beta1",
         "leasecandidates",
         Scope::Namespaced,
         Served::ListWatch,
@@ -377,6 +443,7 @@ pub const BUILTIN_KINDS: &[BuiltinKind] = &[
     builtin(
         "discovery.k8s.io",
         "EndpointSlice",
+        "v1",
         "endpointslices",
         Scope::Namespaced,
         Served::ListWatch,
@@ -384,6 +451,7 @@ pub const BUILTIN_KINDS: &[BuiltinKind] = &[
     builtin(
         "events.k8s.io",
         "Event",
+        "v1",
         "events",
         Scope::Namespaced,
         Served::ListWatch,
@@ -391,6 +459,7 @@ pub const BUILTIN_KINDS: &[BuiltinKind] = &[
     builtin(
         "flowcontrol.apiserver.k8s.io",
         "FlowSchema",
+        "v1",
         "flowschemas",
         Scope::Cluster,
         Served::ListWatch,
@@ -398,6 +467,7 @@ pub const BUILTIN_KINDS: &[BuiltinKind] = &[
     builtin(
         "flowcontrol.apiserver.k8s.io",
         "PriorityLevelConfiguration",
+        "v1",
         "prioritylevelconfigurations",
         Scope::Cluster,
         Served::ListWatch,
@@ -405,6 +475,7 @@ pub const BUILTIN_KINDS: &[BuiltinKind] = &[
     builtin(
         "internal.apiserver.k8s.io",
         "StorageVersion",
+        "v1alpha1",
         "storageversions",
         Scope::Cluster,
         Served::ListWatch,
@@ -412,6 +483,7 @@ pub const BUILTIN_KINDS: &[BuiltinKind] = &[
     builtin(
         "networking.k8s.io",
         "IPAddress",
+        "v1",
         "ipaddresses",
         Scope::Cluster,
         Served::ListWatch,
@@ -419,6 +491,7 @@ pub const BUILTIN_KINDS: &[BuiltinKind] = &[
     builtin(
         "networking.k8s.io",
         "Ingress",
+        "v1",
         "ingresses",
         Scope::Namespaced,
         Served::ListWatch,
@@ -426,6 +499,7 @@ pub const BUILTIN_KINDS: &[BuiltinKind] = &[
     builtin(
         "networking.k8s.io",
         "IngressClass",
+        "v1",
         "ingressclasses",
         Scope::Cluster,
         Served::ListWatch,
@@ -433,6 +507,7 @@ pub const BUILTIN_KINDS: &[BuiltinKind] = &[
     builtin(
         "networking.k8s.io",
         "NetworkPolicy",
+        "v1",
         "networkpolicies",
         Scope::Namespaced,
         Served::ListWatch,
@@ -440,6 +515,7 @@ pub const BUILTIN_KINDS: &[BuiltinKind] = &[
     builtin(
         "networking.k8s.io",
         "ServiceCIDR",
+        "v1",
         "servicecidrs",
         Scope::Cluster,
         Served::ListWatch,
@@ -447,6 +523,7 @@ pub const BUILTIN_KINDS: &[BuiltinKind] = &[
     builtin(
         "node.k8s.io",
         "RuntimeClass",
+        "v1",
         "runtimeclasses",
         Scope::Cluster,
         Served::ListWatch,
@@ -454,6 +531,7 @@ pub const BUILTIN_KINDS: &[BuiltinKind] = &[
     builtin(
         "policy",
         "PodDisruptionBudget",
+        "v1",
         "poddisruptionbudgets",
         Scope::Namespaced,
         Served::ListWatch,
@@ -461,6 +539,7 @@ pub const BUILTIN_KINDS: &[BuiltinKind] = &[
     builtin(
         "rbac.authorization.k8s.io",
         "ClusterRole",
+        "v1",
         "clusterroles",
         Scope::Cluster,
         Served::ListWatch,
@@ -468,6 +547,7 @@ pub const BUILTIN_KINDS: &[BuiltinKind] = &[
     builtin(
         "rbac.authorization.k8s.io",
         "ClusterRoleBinding",
+        "v1",
         "clusterrolebindings",
         Scope::Cluster,
         Served::ListWatch,
@@ -475,6 +555,7 @@ pub const BUILTIN_KINDS: &[BuiltinKind] = &[
     builtin(
         "rbac.authorization.k8s.io",
         "Role",
+        "v1",
         "roles",
         Scope::Namespaced,
         Served::ListWatch,
@@ -482,6 +563,7 @@ pub const BUILTIN_KINDS: &[BuiltinKind] = &[
     builtin(
         "rbac.authorization.k8s.io",
         "RoleBinding",
+        "v1",
         "rolebindings",
         Scope::Namespaced,
         Served::ListWatch,
@@ -489,6 +571,7 @@ pub const BUILTIN_KINDS: &[BuiltinKind] = &[
     builtin(
         "resource.k8s.io",
         "DeviceClass",
+        "v1",
         "deviceclasses",
         Scope::Cluster,
         Served::ListWatch,
@@ -496,6 +579,7 @@ pub const BUILTIN_KINDS: &[BuiltinKind] = &[
     builtin(
         "resource.k8s.io",
         "DeviceTaintRule",
+        "v1beta2",
         "devicetaintrules",
         Scope::Cluster,
         Served::ListWatch,
@@ -503,6 +587,7 @@ pub const BUILTIN_KINDS: &[BuiltinKind] = &[
     builtin(
         "resource.k8s.io",
         "ResourceClaim",
+        "v1",
         "resourceclaims",
         Scope::Namespaced,
         Served::ListWatch,
@@ -510,6 +595,7 @@ pub const BUILTIN_KINDS: &[BuiltinKind] = &[
     builtin(
         "resource.k8s.io",
         "ResourceClaimTemplate",
+        "v1",
         "resourceclaimtemplates",
         Scope::Namespaced,
         Served::ListWatch,
@@ -517,6 +603,7 @@ pub const BUILTIN_KINDS: &[BuiltinKind] = &[
     builtin(
         "resource.k8s.io",
         "ResourcePoolStatusRequest",
+        "v1alpha3",
         "resourcepoolstatusrequests",
         Scope::Cluster,
         Served::ListWatch,
@@ -524,6 +611,7 @@ pub const BUILTIN_KINDS: &[BuiltinKind] = &[
     builtin(
         "resource.k8s.io",
         "ResourceSlice",
+        "v1",
         "resourceslices",
         Scope::Cluster,
         Served::ListWatch,
@@ -531,6 +619,7 @@ pub const BUILTIN_KINDS: &[BuiltinKind] = &[
     builtin(
         "scheduling.k8s.io",
         "PodGroup",
+        "v1alpha2",
         "podgroups",
         Scope::Namespaced,
         Served::ListWatch,
@@ -538,6 +627,7 @@ pub const BUILTIN_KINDS: &[BuiltinKind] = &[
     builtin(
         "scheduling.k8s.io",
         "PriorityClass",
+        "v1",
         "priorityclasses",
         Scope::Cluster,
         Served::ListWatch,
@@ -545,6 +635,7 @@ pub const BUILTIN_KINDS: &[BuiltinKind] = &[
     builtin(
         "scheduling.k8s.io",
         "Workload",
+        "v1alpha2",
         "workloads",
         Scope::Namespaced,
         Served::ListWatch,
@@ -552,6 +643,7 @@ pub const BUILTIN_KINDS: &[BuiltinKind] = &[
     builtin(
         "storage.k8s.io",
         "CSIDriver",
+        "v1",
         "csidrivers",
         Scope::Cluster,
         Served::ListWatch,
@@ -559,6 +651,7 @@ pub const BUILTIN_KINDS: &[BuiltinKind] = &[
     builtin(
         "storage.k8s.io",
         "CSINode",
+        "v1",
         "csinodes",
         Scope::Cluster,
         Served::ListWatch,
@@ -566,6 +659,7 @@ pub const BUILTIN_KINDS: &[BuiltinKind] = &[
     builtin(
         "storage.k8s.io",
         "CSIStorageCapacity",
+        "v1",
         "csistoragecapacities",
         Scope::Namespaced,
         Served::ListWatch,
@@ -573,6 +667,7 @@ pub const BUILTIN_KINDS: &[BuiltinKind] = &[
     builtin(
         "storage.k8s.io",
         "StorageClass",
+        "v1",
         "storageclasses",
         Scope::Cluster,
         Served::ListWatch,
@@ -580,6 +675,7 @@ pub const BUILTIN_KINDS: &[BuiltinKind] = &[
     builtin(
         "storage.k8s.io",
         "VolumeAttachment",
+        "v1",
         "volumeattachments",
         Scope::Cluster,
         Served::ListWatch,
@@ -587,6 +683,7 @@ pub const BUILTIN_KINDS: &[BuiltinKind] = &[
     builtin(
         "storage.k8s.io",
         "VolumeAttributesClass",
+        "v1",
         "volumeattributesclasses",
         Scope::Cluster,
         Served::ListWatch,
@@ -594,6 +691,7 @@ pub const BUILTIN_KINDS: &[BuiltinKind] = &[
     builtin(
         "storagemigration.k8s.io",
         "StorageVersionMigration",
+        "v1beta1",
         "storageversionmigrations",
         Scope::Cluster,
         Served::ListWatch,
@@ -620,6 +718,15 @@ impl BuiltinKind {
             group.is_none_or(|g| g == b.group)
                 && (b.kind.eq_ignore_ascii_case(name) || b.plural.eq_ignore_ascii_case(name))
         })
+    }
+
+    /// `apps/v1`, `v1` for the core group.
+    pub fn api_version(&self) -> String {
+        if self.group.is_empty() {
+            self.version.to_string()
+        } else {
+            format!("{}/{}", self.group, self.version)
+        }
     }
 
     fn scope(&self) -> KindScope {

@@ -13,7 +13,7 @@ use kube::core::discovery::{ApiCapabilities, Scope as ApiScope, verbs};
 use serde::{Deserialize, Serialize};
 
 use crate::decision::Subject;
-use crate::object::TenantObject;
+use crate::object::{ObjectError, TenantObject};
 use crate::policy::{CompiledPolicy, Verdict};
 use crate::scope::{KindScope, KindScopes, Scope, ScopeSource, Served};
 
@@ -188,6 +188,30 @@ impl<'p> Watches<'p> {
             verdict,
             message,
         })
+    }
+}
+
+impl Watches<'_> {
+    /// What becomes of the object of `api_version` `kind` named `namespace`/`name` (namespace
+    /// empty for a cluster-scoped one), known by its identity alone, as `tenantplane why
+    /// --tenant` knows it: the policy's verdict is then that of the first rule matching its
+    /// group, kind and namespace with no labels and no content. `None` when the syncer watches
+    /// the kind.
+    pub fn unrecorded_identity(
+        &self,
+        api_version: &str,
+        kind: &str,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<UnrecordedFate>, ObjectError> {
+        let mut metadata = serde_json::json!({"name": name});
+        if !namespace.is_empty() {
+            metadata["namespace"] = namespace.into();
+        }
+        let object = TenantObject::from_value(
+            serde_json::json!({"apiVersion": api_version, "kind": kind, "metadata": metadata}),
+        )?;
+        Ok(self.unrecorded(&object))
     }
 }
 
