@@ -215,6 +215,11 @@ pub fn tenant_objects(
 }
 
 /// What becomes of one usable tenant object: planned, or never seen by the syncer.
+#[expect(
+    clippy::large_enum_variant,
+    reason = "each is moved at once into an Explained, which is as large; boxing would cost an \
+              allocation per object"
+)]
 enum Fate {
     Planned(Planned),
     Unrecorded(UnrecordedFate),
