@@ -1368,3 +1368,243 @@ async fn an_unavailable_api_group_costs_its_own_kinds_only() {
     );
     assert_eq!(tenant_status(&env, &usual).await["counts"]["deferred"], 0);
 }
+
+/// The corpus of tenant objects the syncer does not watch (examples/unwatched), made unique to
+/// the run: namespaced objects in `ns`, cluster-scoped ones named with the run's suffix.
+fn unwatched_corpus(env: &Env, ns: &str) -> Vec<Value> {
+    let files = [
+        include_str!("../../examples/unwatched/cluster-scoped.yaml"),
+        include_str!("../../examples/unwatched/unwatched-kinds.yaml"),
+        include_str!("../../examples/unwatched/custom-resources.yaml"),
+    ];
+    let mut corpus = Vec::new();
+    for text in files {
+        for document in tenantplane_core::documents::parse("corpus", text) {
+            let mut object = document.expect("the corpus parses").value;
+            let kind = object["kind"].as_str().unwrap_or_default().to_string();
+            if kind == "CustomResourceDefinition" {
+                corpus.push(object);
+                continue;
+            }
+            let name = object["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            if kind == "PersistentVolume" {
+                // Its namespace is ignored by the API server (and by the prediction).
+                object["metadata"]
+                    .as_object_mut()
+                    .unwrap()
+                    .remove("namespace");
+            }
+            if object["metadata"]["namespace"].is_string() {
+                object["metadata"]["namespace"] = json!(ns);
+            } else {
+                object["metadata"]["name"] = json!(env.name(&name));
+            }
+            if let Some(subjects) = object["subjects"].as_array_mut() {
+                for s in subjects {
+                    s["namespace"] = json!(ns);
+                }
+            }
+            if kind == "Deployment" {
+                // No pods: only the Deployment itself is at stake here.
+                object["spec"]["replicas"] = json!(0);
+            }
+            corpus.push(object);
+        }
+    }
+    corpus
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn objects_the_syncer_does_not_watch_get_nothing_and_why_says_what_explain_sync_predicted() {
+    use tenantplane_core::scope::KindScopes;
+    use tenantplane_core::watch::{Watches, discovered_scope};
+    use tenantplane_core::{CompiledPolicy, Planner, TenantObject};
+    use tenantplane_decision_log::{Filter, ObjectFilter, Query};
+
+    let path = std::env::temp_dir().join(format!(
+        "tenantplane-e2e-{}-{}.sqlite",
+        std::process::id(),
+        uuid_suffix()
+    ));
+    let url = format!("sqlite:{}", path.display());
+    let env = Env::start_with_log(Some(url.clone())).await.unwrap();
+    let t = env.create_tenant("unwatched", None).await.unwrap();
+    let ns = env.tenant_namespace("shop").await.unwrap();
+    let host_ns = format!("tenant-{t}");
+    let corpus = unwatched_corpus(&env, &ns);
+
+    // explain-sync's prediction, under the policy a Tenant without a syncPolicyRef gets: the
+    // corpus's CRDs say their kinds' scopes, and every object but the ConfigMap is unrecorded.
+    let default_policy = CompiledPolicy::builtin_default();
+    let mut scopes = KindScopes::new();
+    for crd in corpus.iter().filter(|o| tenantplane_core::scope::is_crd(o)) {
+        scopes.learn_crd(crd).unwrap();
+    }
+    let predicted = Watches::new(&default_policy, scopes);
+    let objects: Vec<TenantObject> = corpus
+        .iter()
+        .map(|o| TenantObject::from_value(o.clone()).unwrap())
+        .collect();
+
+    // Apply what the tenant control plane serves (a local one has no PersistentVolumes; a
+    // review and a kind without a CRD are not stored), the ConfigMap last.
+    let c = &env.tenant_cp.client;
+    let mut applied = Vec::new();
+    let mut made_cluster_wide = Vec::new();
+    for object in &objects {
+        let id = &object.identity;
+        let kind = id.kind.as_str();
+        if kind == "Namespace" {
+            // The Namespace is made as the run's namespaces are (removed with them).
+            env.tenant_namespace(id.name.trim_end_matches(&format!("-{}", env.run)))
+                .await
+                .unwrap();
+            applied.push(object);
+            continue;
+        }
+        if kind == "LocalSubjectAccessReview"
+            || kind == "Gizmo"
+            || kind == "ConfigMap"
+            || (kind == "PersistentVolume" && !env.tenant_cp.is_real())
+        {
+            continue;
+        }
+        let created = eventually(&format!("{kind} {} created", id.name), || async {
+            match create(c, object.object.clone()).await {
+                Ok(_) => Some(true),
+                Err(e) if e.to_string().contains("already exists") => Some(false),
+                // A CRD just created is not served yet.
+                Err(_) => None,
+            }
+        })
+        .await;
+        if created
+            && predicted
+                .unrecorded(object)
+                .is_some_and(|f| f.subject.namespace.is_empty())
+            && kind != "CustomResourceDefinition"
+        {
+            made_cluster_wide.push(object);
+        }
+        applied.push(object);
+    }
+    let config_map = objects
+        .iter()
+        .find(|o| o.identity.kind == "ConfigMap")
+        .unwrap();
+    assert!(
+        predicted.unrecorded(config_map).is_none(),
+        "the ConfigMap is watched"
+    );
+    create(c, config_map.object.clone()).await.unwrap();
+    host_object(
+        &env,
+        &t,
+        "v1",
+        "ConfigMap",
+        &format!("web-config-x-{ns}"),
+        |_| true,
+    )
+    .await;
+
+    let store = tenantplane_decision_log::open(&url).await.unwrap();
+    let decisions_about = |name: String| {
+        let store = store.clone();
+        let t = t.clone();
+        async move {
+            let filter = Filter {
+                tenant: Some(t),
+                subject: ObjectFilter {
+                    name: Some(name),
+                    ..ObjectFilter::default()
+                },
+                ..Filter::default()
+            };
+            store.query(Query::new(filter, 100)).await.unwrap().entries
+        }
+    };
+    assert!(
+        !decisions_about("web-config".into()).await.is_empty(),
+        "the watched ConfigMap's decision is in the log"
+    );
+
+    // What `why --tenant` answers: the Tenant's policy read from the host as the syncer reads it,
+    // custom kinds' scopes from the tenant control plane's discovery, the object by its identity.
+    let tenant: tenantplane_api::Tenant = kube::Api::all(env.host.client.clone())
+        .get(&t)
+        .await
+        .unwrap();
+    let (_, in_force) = tenantplane_syncer::controller::policy_in_force(&env.host.client, &tenant)
+        .await
+        .unwrap();
+    let planner = Planner::new(&tenant, CompiledPolicy::builtin_default());
+    for object in applied {
+        let id = &object.identity;
+        let prediction = predicted
+            .unrecorded(object)
+            .unwrap_or_else(|| panic!("explain-sync predicts {id} is not watched"));
+
+        // Nothing on the host: not at the name a sync would give it, nor cluster-wide.
+        let target = planner.plan(object, &Default::default()).placement;
+        assert!(
+            get(
+                &env.host.client,
+                &id.api_version,
+                &id.kind,
+                Some(&host_ns),
+                &target.name
+            )
+            .await
+            .is_none(),
+            "{id} reached the host at {host_ns}/{}",
+            target.name
+        );
+        if prediction.subject.namespace.is_empty() && id.kind != "CustomResourceDefinition" {
+            assert!(
+                get(&env.host.client, &id.api_version, &id.kind, None, &id.name)
+                    .await
+                    .is_none(),
+                "{id} reached the host"
+            );
+        }
+        // No decision.
+        assert_eq!(
+            decisions_about(id.name.clone()).await.len(),
+            0,
+            "the syncer recorded a decision about {id}"
+        );
+
+        let mut scopes = KindScopes::new();
+        if tenantplane_core::scope::BuiltinKind::get(id.group(), &id.kind).is_none() {
+            let gvk = kube::core::GroupVersionKind::gvk(
+                id.group(),
+                id.api_version.rsplit('/').next().unwrap(),
+                &id.kind,
+            );
+            let (_, caps) = kube::discovery::pinned_kind(c, &gvk).await.unwrap();
+            scopes.learn(id.group(), &id.kind, discovered_scope(&caps));
+        }
+        let answer = Watches::new(&in_force, scopes)
+            .unrecorded_identity(
+                &id.api_version,
+                &id.kind,
+                &prediction.subject.namespace,
+                &id.name,
+            )
+            .unwrap()
+            .unwrap_or_else(|| panic!("why says the syncer watches {id}"));
+        assert_eq!(answer.fate, prediction.fate, "{id}");
+        assert_eq!(answer.subject, prediction.subject, "{id}");
+        assert_eq!(answer.verdict, prediction.verdict, "{id}");
+    }
+    for object in made_cluster_wide {
+        let id = &object.identity;
+        delete(c, &id.api_version, &id.kind, None, &id.name)
+            .await
+            .unwrap();
+    }
+    let _ = std::fs::remove_file(&path);
+}

@@ -27,7 +27,7 @@ pub async fn read(
     for (api_version, kind) in kinds {
         let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
         let gvk = GroupVersionKind::gvk(group, version, kind);
-        let (resource, _) = match kube::discovery::pinned_kind(&client, &gvk).await {
+        let (resource, caps) = match kube::discovery::pinned_kind(&client, &gvk).await {
             Ok(found) => found,
             // Not served by the host cluster: nothing of that kind can be at a target name.
             Err(kube::Error::Discovery(_)) => continue,
@@ -38,6 +38,10 @@ pub async fn read(
                 });
             }
         };
+        if caps.scope == kube::discovery::Scope::Cluster {
+            // Never synced: no host object of that kind is at a target name in the namespace.
+            continue;
+        }
         let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &resource);
         let list = api
             .list_metadata(&ListParams::default())

@@ -11,6 +11,7 @@ mod commands;
 mod decision_source;
 mod host_cluster;
 mod input;
+mod kind_scopes;
 
 /// Planning many objects is mostly allocation: with mimalloc instead of glibc's allocator,
 /// explain-sync over 100k objects went from 1.70 s to 0.97 s (README "Performance").

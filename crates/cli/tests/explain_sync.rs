@@ -66,7 +66,9 @@ fn examples_table_matches_golden_and_the_bad_document_fails_the_run() {
     );
     let stderr = String::from_utf8(out.stderr).unwrap();
     assert!(
-        stderr.contains("15 documents: 7 Synced, 2 Skipped, 3 Rejected, 2 Conflict, 1 error"),
+        stderr.contains(
+            "15 documents: 7 Synced, 1 Skipped, 3 Rejected, 2 Conflict, 1 NotWatched, 1 error"
+        ),
         "{stderr}"
     );
     assert_eq!(out.status.code(), Some(1), "default --fail-on error");
@@ -179,4 +181,141 @@ fn a_bad_policy_or_a_missing_path_is_a_clear_error() {
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("no/such/dir: no such file or directory")
     );
+}
+
+const UNWATCHED: &[&str] = &[
+    "explain-sync",
+    "examples/unwatched",
+    "--tenant",
+    "examples/tenant.yaml",
+];
+
+#[test]
+fn objects_the_syncer_does_not_watch_have_no_host_target_and_say_why() {
+    let out = tenantplane(UNWATCHED, None);
+    assert_golden(
+        "explain-sync-unwatched.txt",
+        &String::from_utf8(out.stdout).unwrap(),
+    );
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        stderr.contains("11 documents: 1 Synced, 10 NotWatched"),
+        "{stderr}"
+    );
+    assert_eq!(out.status.code(), Some(0));
+
+    let mut args = UNWATCHED.to_vec();
+    args.extend(["-o", "json"]);
+    let out = tenantplane(&args, None);
+    let results: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let fate = |kind: &str| {
+        results
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["unrecorded"]["subject"]["kind"] == kind)
+            .unwrap_or_else(|| panic!("no unrecorded {kind}: {results:#}"))["unrecorded"]
+            .clone()
+    };
+    for kind in [
+        "ClusterRoleBinding",
+        "Namespace",
+        "PersistentVolume",
+        "Gadget",
+    ] {
+        let f = fate(kind);
+        assert_eq!(f["fate"], "ClusterScoped", "{f:#}");
+        assert_eq!(
+            f["subject"]["namespace"], "",
+            "{kind} is placed in no namespace: {f:#}"
+        );
+        assert!(
+            f.get("decision").is_none() && f.get("target").is_none(),
+            "{f:#}"
+        );
+    }
+    assert_eq!(
+        fate("Gadget")["scope"]["source"],
+        "CustomResourceDefinition"
+    );
+    let deployment = fate("Deployment");
+    assert_eq!(deployment["fate"], "KindNotSynced");
+    assert_eq!(deployment["subject"]["namespace"], "shop");
+    assert_eq!(deployment["verdict"]["policy"], "tenantplane-default");
+    assert_eq!(deployment["verdict"]["action"], "Skip");
+    assert!(
+        deployment["verdict"]["rule"].is_null(),
+        "the default decides"
+    );
+    assert_eq!(fate("Widget")["fate"], "KindNotSynced");
+    assert_eq!(fate("LocalSubjectAccessReview")["fate"], "CreateOnly");
+}
+
+#[test]
+fn a_custom_kind_synced_by_the_policy_is_planned_from_its_crd_or_its_scope_is_unknown() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("policy.yaml");
+    std::fs::write(&policy, "metadata: {name: gadgets}\nspec:\n  rules:\n  - {name: example, match: {groups: [example.com]}, action: Sync, reason: Examples}\n  default: {action: Skip, reason: NotSyncedByPolicy}\n").unwrap();
+    let args = [
+        "explain-sync",
+        "examples/unwatched/custom-resources.yaml",
+        "--policy",
+        policy.to_str().unwrap(),
+    ];
+    let out = tenantplane(&args, None);
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let row = |source: &str| {
+        stdout
+            .lines()
+            .find(|l| l.starts_with(source))
+            .unwrap_or_else(|| panic!("no row {source}: {stdout}"))
+            .split_whitespace()
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        row("Widget/lab/w1")[1..4],
+        ["tenant-demo/w1-x-lab", "create", "Synced"],
+        "namespaced by its CRD: planned"
+    );
+    assert_eq!(
+        row("Gadget/g1")[1..],
+        [
+            "-",
+            "none",
+            "NotWatched",
+            "gadgets/example",
+            "ClusterScoped"
+        ]
+    );
+    assert_eq!(
+        row("Gizmo/lab/z1")[1..],
+        [
+            "-",
+            "none",
+            "UnknownScope",
+            "gadgets/example",
+            "UnknownScope"
+        ]
+    );
+    assert_eq!(out.status.code(), Some(0));
+    let mut strict = args.to_vec();
+    strict.extend(["--fail-on", "unknownscope"]);
+    assert_eq!(tenantplane(&strict, None).status.code(), Some(1));
+
+    let bad = std::fs::read_to_string(repo().join("examples/unwatched/custom-resources.yaml"))
+        .unwrap()
+        .replacen("scope: Cluster", "scope: Global", 1);
+    let out = tenantplane(&["explain-sync", "-"], Some(&bad));
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        stdout.contains("CustomResourceDefinition: spec.scope is \"Global\""),
+        "{stdout}"
+    );
+    assert!(
+        stdout
+            .lines()
+            .any(|l| l.starts_with("Gadget/default/g1") && l.contains("KindNotSynced")),
+        "a bad CRD teaches no scope: {stdout}"
+    );
+    assert_eq!(out.status.code(), Some(1), "a bad CRD is an input error");
 }

@@ -204,3 +204,190 @@ async fn bad_references_get_specific_errors() {
         "{out}"
     );
 }
+
+fn example(path: &str) -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../examples")
+        .join(path)
+        .display()
+        .to_string()
+}
+
+impl World {
+    /// Installs the tenantplane CRDs and a Tenant `acme` that names no SyncPolicy (the built-in
+    /// default is in force).
+    async fn with_tenant_acme(self) -> World {
+        let client = self.server.client().await.unwrap();
+        let crds: kube::Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> =
+            kube::Api::all(client.clone());
+        for crd in tenantplane_api::crds() {
+            crds.create(&Default::default(), &crd).await.unwrap();
+        }
+        kube::Api::<tenantplane_api::Tenant>::all(client)
+            .create(
+                &Default::default(),
+                &tenantplane_api::Tenant::new("acme", Default::default()),
+            )
+            .await
+            .unwrap();
+        self
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_object_the_syncer_does_not_watch_is_explained_from_the_tenants_policy() {
+    let world = World::start().await.with_tenant_acme().await;
+
+    let (code, out) = world.why(&["--tenant", "acme", "Deployment/shop/web"]);
+    assert_eq!(code, 0, "the policy accounts for it: {out}");
+    assert!(
+        out.contains("Tenant object   Deployment shop/web (apps/v1)"),
+        "{out}"
+    );
+    assert!(out.contains("NotWatched      KindNotSynced: no Sync rule of SyncPolicy tenantplane-default names Deployment.apps"), "{out}");
+    assert!(
+        out.contains("SyncPolicy tenantplane-default revision sha256:"),
+        "{out}"
+    );
+    assert!(out.contains("rule (the policy default)"), "{out}");
+    assert!(
+        out.contains("  would decide  Skip (NotSyncedByPolicy)"),
+        "{out}"
+    );
+    assert!(out.contains("History         0 in the log"), "{out}");
+
+    let (code, out) = world.why(&["--tenant", "acme", "clusterrolebindings/shop-admin"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("ClusterRoleBinding shop-admin"), "{out}");
+    assert!(
+        out.contains(
+            "ClusterScoped: ClusterRoleBinding.rbac.authorization.k8s.io is cluster-scoped"
+        ),
+        "{out}"
+    );
+
+    let (code, out) = world.why(&["--tenant", "acme", "Namespace/shop/shop"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("Namespace is cluster-scoped: the object is Namespace/shop"),
+        "{out}"
+    );
+
+    let (code, out) = world.why(&["--tenant", "acme", "ConfigMap/shop/web-config"]);
+    assert_eq!(code, 1, "watched, yet nothing recorded: {out}");
+    assert!(
+        out.contains("never seen: SyncPolicy tenantplane-default"),
+        "{out}"
+    );
+    assert!(out.contains("the syncer watches it"), "{out}");
+
+    let (code, out) = world.why(&["--tenant", "ghost", "Deployment/shop/web"]);
+    assert_eq!(code, 2, "{out}");
+    assert!(
+        out.contains("the host cluster has no Tenant ghost"),
+        "{out}"
+    );
+
+    let (code, out) = world.why(&["--tenant", "acme", "Widget/lab/w1"]);
+    assert_eq!(code, 2, "{out}");
+    assert!(
+        out.contains("\"Widget\" is not a built-in Kubernetes kind: give --tenant-kubeconfig"),
+        "{out}"
+    );
+
+    let (code, out) = world.why(&["--tenant", "acme", "ConfigMap/shop/web-config/x"]);
+    assert_eq!(code, 2, "{out}");
+    assert!(
+        out.contains("nor KIND/NAME for a cluster-scoped kind"),
+        "{out}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn why_says_what_explain_sync_predicted_for_each_unwatched_object() {
+    let world = World::start().await;
+    // The tenant control plane serves the corpus's CRDs: the custom kinds come from its discovery.
+    let client = world.server.client().await.unwrap();
+    let crds: kube::Api<kube::api::DynamicObject> = kube::Api::all_with(
+        client,
+        &kube::discovery::ApiResource::from_gvk_with_plural(
+            &kube::core::GroupVersionKind::gvk(
+                "apiextensions.k8s.io",
+                "v1",
+                "CustomResourceDefinition",
+            ),
+            "customresourcedefinitions",
+        ),
+    );
+    let corpus = std::fs::read_to_string(example("unwatched/custom-resources.yaml")).unwrap();
+    for document in tenantplane_core::documents::parse("corpus", &corpus) {
+        let value = document.unwrap().value;
+        if value["kind"] == "CustomResourceDefinition" {
+            crds.create(&Default::default(), &serde_json::from_value(value).unwrap())
+                .await
+                .unwrap();
+        }
+    }
+    let tenant_kubeconfig = world.dir.path().join("host.kubeconfig");
+    let policy = example("syncpolicy.yaml");
+    let predicted = Command::new(env!("CARGO_BIN_EXE_tenantplane"))
+        .args([
+            "explain-sync",
+            &example("unwatched"),
+            "--policy",
+            &policy,
+            "-o",
+            "json",
+        ])
+        .output()
+        .unwrap();
+    let predicted: serde_json::Value = serde_json::from_slice(&predicted.stdout).unwrap();
+    let mut answered = 0;
+    for result in predicted.as_array().unwrap() {
+        let Some(fate) = result.get("unrecorded") else {
+            continue;
+        };
+        let subject = &fate["subject"];
+        let (kind, namespace, name) = (
+            subject["kind"].as_str().unwrap(),
+            subject["namespace"].as_str().unwrap(),
+            subject["name"].as_str().unwrap(),
+        );
+        let object = match namespace {
+            "" => format!("{kind}/{name}"),
+            ns => format!("{kind}/{ns}/{name}"),
+        };
+        let (code, out) = world.why(&[
+            "--tenant",
+            "acme",
+            &object,
+            "--policy",
+            &policy,
+            "--tenant-kubeconfig",
+            tenant_kubeconfig.to_str().unwrap(),
+            "-o",
+            "json",
+        ]);
+        if kind == "Gizmo" {
+            // No CRD: neither explain-sync nor the tenant control plane knows it.
+            assert_eq!(code, 2, "{out}");
+            assert!(out.contains("serves no resource named \"Gizmo\""), "{out}");
+            continue;
+        }
+        assert_eq!(code, 0, "{object}: {out}");
+        let answer: serde_json::Value = serde_json::from_str(&out).unwrap();
+        let answer = &answer["unrecorded"];
+        assert_eq!(
+            answer["fate"], fate["fate"],
+            "{object}: {answer:#} vs {fate:#}"
+        );
+        assert_eq!(answer["subject"], fate["subject"], "{object}");
+        assert_eq!(answer["verdict"], fate["verdict"], "{object}");
+        assert_eq!(answer["verdict"]["policy"], "acme-sync", "{object}");
+        answered += 1;
+    }
+    assert_eq!(
+        answered, 9,
+        "every unwatched object of the corpus but the Gizmo: {predicted:#}"
+    );
+}

@@ -21,7 +21,9 @@ pub mod parallel;
 pub mod planner;
 pub mod policy;
 pub mod reference;
+pub mod scope;
 pub mod translate;
+pub mod watch;
 
 pub use collision::Collision;
 pub use decision::{Decision, Outcome};

@@ -398,6 +398,26 @@ async fn set_finalizers(
     Ok(())
 }
 
+/// The SyncPolicy in force for `tenant`, compiled: the one it references, read from the host
+/// cluster (`Some`), or the built-in default (`None`). `tenantplane why` reads it the same way.
+pub async fn policy_in_force(
+    host: &Client,
+    tenant: &Tenant,
+) -> anyhow::Result<(Option<SyncPolicy>, CompiledPolicy)> {
+    match &tenant.spec.sync_policy_ref {
+        Some(p) => {
+            let policy = Api::<SyncPolicy>::all(host.clone())
+                .get(p)
+                .await
+                .with_context(|| format!("reading SyncPolicy {p}"))?;
+            let compiled = CompiledPolicy::compile(&policy)
+                .with_context(|| format!("SyncPolicy {p} does not compile"))?;
+            Ok((Some(policy), compiled))
+        }
+        None => Ok((None, CompiledPolicy::builtin_default())),
+    }
+}
+
 async fn apply(tenant: &Tenant, ctx: &Context) -> Result<Action, Error> {
     let host = &ctx.shared.host;
     let name = tenant.name().to_string();
@@ -408,23 +428,13 @@ async fn apply(tenant: &Tenant, ctx: &Context) -> Result<Action, Error> {
     ensure_namespace(host, tenant, &host_ns).await?;
     apply_isolation(tenant, ctx, &ledger, &host_side_recorder, &host_ns).await?;
 
-    // The SyncPolicy: the referenced one, or the built-in default.
-    let (policy_text, policy_version, compiled) = match &tenant.spec.sync_policy_ref {
-        Some(p) => {
-            let policy = Api::<SyncPolicy>::all(host.clone())
-                .get(p)
-                .await
-                .with_context(|| format!("reading SyncPolicy {p}"))?;
-            let compiled = CompiledPolicy::compile(&policy)
-                .with_context(|| format!("SyncPolicy {p} does not compile"))?;
-            let text = serde_json::to_string(&policy).context("serializing the SyncPolicy")?;
-            (
-                Some(text),
-                policy.resource_version().unwrap_or_default(),
-                compiled,
-            )
-        }
-        None => (None, String::new(), CompiledPolicy::builtin_default()),
+    let (policy, compiled) = policy_in_force(host, tenant).await?;
+    let (policy_text, policy_version) = match &policy {
+        Some(policy) => (
+            Some(serde_json::to_string(policy).context("serializing the SyncPolicy")?),
+            policy.resource_version().unwrap_or_default(),
+        ),
+        None => (None, String::new()),
     };
 
     // The tenant control plane.

@@ -1,6 +1,7 @@
 //! Discovery of the kinds a Tenant's SyncPolicy syncs in the tenant control plane, one API
 //! group version at a time and only in the groups the policy names (every group for a `*`
-//! rule).
+//! rule). Which discovered kinds are watched is `tenantplane_core::watch`'s rule, the one
+//! explain-sync and `why --tenant` apply to the objects the syncer never sees.
 //!
 //! A group version that does not answer (an aggregated API whose service is down, as
 //! metrics-server often is, or one that answers garbage) costs its own kinds and nothing else:
@@ -11,20 +12,12 @@
 
 use kube::Client;
 use kube::core::{ApiResource, GroupVersion};
-use kube::discovery::{self, ApiCapabilities, Scope, verbs};
+use kube::discovery::{self, ApiCapabilities};
 use serde_json::json;
 use tenantplane_api::Tenant;
 use tenantplane_core::CompiledPolicy;
 use tenantplane_core::decision::{Decision, HostAction, Outcome, PolicyRef, Stamp, Subject};
-
-/// Kinds never synced through a wildcard rule: they describe the control plane itself.
-const WILDCARD_EXCLUDED: [(&str, &str); 5] = [
-    ("", "Event"),
-    ("events.k8s.io", "Event"),
-    ("coordination.k8s.io", "Lease"),
-    ("discovery.k8s.io", "EndpointSlice"),
-    ("apps", "ControllerRevision"),
-];
+use tenantplane_core::watch::{is_watchable, names_kind};
 
 /// How long the discovery of one group version may take: an aggregated API whose service
 /// accepts connections but never answers must not hold up the others.
@@ -141,26 +134,6 @@ fn wanted_groups(wanted: &[(String, String)]) -> Option<Vec<&str>> {
     Some(groups)
 }
 
-/// Whether a discovered kind is one the wanted (group, kind) pairs sync.
-fn is_wanted(wanted: &[(String, String)], ar: &ApiResource) -> bool {
-    let exact = wanted.iter().any(|(g, k)| g == &ar.group && k == &ar.kind);
-    let wildcard = wanted.iter().any(|(g, k)| {
-        (g == "*" || g == &ar.group)
-            && (k == "*" || k == &ar.kind)
-            && !(g == &ar.group && k == &ar.kind)
-    }) && !WILDCARD_EXCLUDED.contains(&(ar.group.as_str(), ar.kind.as_str()));
-    exact || wildcard
-}
-
-/// Whether the syncer can watch a discovered resource: namespaced, listable and watchable, not
-/// a subresource.
-fn is_watchable(ar: &ApiResource, caps: &ApiCapabilities) -> bool {
-    caps.scope == Scope::Namespaced
-        && caps.supports_operation(verbs::WATCH)
-        && caps.supports_operation(verbs::LIST)
-        && !ar.plural.contains('/')
-}
-
 /// The versions of each API group the control plane serves, preferred version first: the core
 /// group from `/api`, the others from `/apis`. Failing to read these two is failing to reach
 /// the control plane.
@@ -229,7 +202,7 @@ pub async fn synced_kinds(
             };
             for (ar, caps) in resources {
                 if is_watchable(&ar, &caps)
-                    && is_wanted(&wanted, &ar)
+                    && names_kind(&wanted, &ar.group, &ar.kind)
                     && !found
                         .kinds
                         .iter()
@@ -257,36 +230,11 @@ mod tests {
             .collect()
     }
 
-    fn ar(group: &str, kind: &str) -> ApiResource {
-        ApiResource {
-            group: group.into(),
-            version: "v1".into(),
-            api_version: if group.is_empty() {
-                "v1".into()
-            } else {
-                format!("{group}/v1")
-            },
-            kind: kind.into(),
-            plural: format!("{}s", kind.to_lowercase()),
-        }
-    }
-
     #[test]
     fn only_the_groups_a_policy_names_are_discovered() {
         let named = wanted(&[("", "ConfigMap"), ("apps", "*"), ("", "Pod")]);
         assert_eq!(wanted_groups(&named), Some(vec!["", "apps"]));
         assert_eq!(wanted_groups(&wanted(&[("*", "Widget")])), None);
-    }
-
-    #[test]
-    fn a_wildcard_leaves_out_control_plane_bookkeeping_but_a_named_kind_does_not() {
-        let all = wanted(&[("*", "*")]);
-        assert!(is_wanted(&all, &ar("", "ConfigMap")));
-        assert!(!is_wanted(&all, &ar("coordination.k8s.io", "Lease")));
-        assert!(!is_wanted(&all, &ar("", "Event")));
-        let named = wanted(&[("coordination.k8s.io", "Lease")]);
-        assert!(is_wanted(&named, &ar("coordination.k8s.io", "Lease")));
-        assert!(!is_wanted(&named, &ar("", "ConfigMap")));
     }
 
     #[test]

@@ -3,8 +3,10 @@
 //! It runs the planner of `tenantplane-core`, the code the syncer runs, over objects read from
 //! files, directories and standard input, against an optional snapshot of host objects for
 //! collision prediction, and prints one row per object: source → host namespace/name, action,
-//! outcome, policy rule and reason. A bad document is reported with its file, document index and
-//! field; the rest of the input is still planned.
+//! outcome, policy rule and reason. An object of a kind the syncer does not watch (cluster-scoped,
+//! or named by no Sync rule) gets no plan: its row says `NotWatched` and why, as the syncer records
+//! nothing about it (`tenantplane_core::watch`). A bad document is reported with its file,
+//! document index and field; the rest of the input is still planned.
 
 use std::collections::BTreeSet;
 use std::io::Write;
@@ -20,10 +22,11 @@ use tenantplane_core::decision::Stamp;
 use tenantplane_core::documents::Origin;
 use tenantplane_core::parallel;
 use tenantplane_core::planner::HostState;
+use tenantplane_core::watch::{UnrecordedFate, Watches};
 use tenantplane_core::{CompiledPolicy, Decision, Outcome, Plan, Planner, TenantObject};
 
-use crate::host_cluster;
 use crate::input::{self, OutputFormat};
+use crate::{host_cluster, kind_scopes};
 
 /// Component name recorded in the decisions explain-sync prints.
 const COMPONENT: &str = "tenantplane explain-sync";
@@ -56,6 +59,16 @@ pub struct Args {
     #[arg(long, value_name = "NAME", requires = "host_kubeconfig")]
     pub host_context: Option<String>,
 
+    /// Learn the scope of custom kinds from the tenant control plane's discovery (read-only).
+    /// Without it, from --host-kubeconfig's; either way, a CustomResourceDefinition among the
+    /// inputs says its kind's scope.
+    #[arg(long, value_name = "FILE")]
+    pub tenant_kubeconfig: Option<PathBuf>,
+
+    /// Context of --tenant-kubeconfig to use (its current context by default).
+    #[arg(long, value_name = "NAME", requires = "tenant_kubeconfig")]
+    pub tenant_context: Option<String>,
+
     /// Ask a running planner service (`host:port` or URL) instead of planning in process; the
     /// output is the same, only the decisions' component and ids differ.
     #[arg(long, value_name = "ADDR", env = "TENANTPLANE_PLANNER")]
@@ -66,7 +79,8 @@ pub struct Args {
     pub output: OutputFormat,
 
     /// Exit with status 1 when any object gets one of these outcomes: comma-separated, case-insensitive
-    /// outcomes or their verbs (`reject,conflict`), `error` for unusable documents, `none` for never.
+    /// outcomes or their verbs (`reject,conflict`), `notwatched` or `unknownscope` for objects the
+    /// syncer records nothing about, `error` for unusable documents, `none` for never.
     #[arg(
         long,
         value_delimiter = ',',
@@ -82,9 +96,12 @@ pub struct Args {
 pub struct Explained {
     /// `file document N [item M]`.
     pub origin: String,
-    /// The plan and decision, when the document is a usable tenant object.
+    /// The plan and decision, when the document is a tenant object the syncer watches.
     #[serde(flatten, skip_serializing_if = "Option::is_none")]
     pub planned: Option<Planned>,
+    /// Why the syncer records nothing, when it does not watch the object's kind.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unrecorded: Option<UnrecordedFate>,
     /// Why the document could not be planned.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<InputError>,
@@ -122,39 +139,36 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         _ => CompiledPolicy::builtin_default(),
     };
     let planner = Planner::new(&tenant, policy);
-    let documents = input::read_documents(&args.inputs)?;
+    let mut documents = input::read_documents(&args.inputs)?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
+    let kinds = kind_scopes::kinds_of(&documents);
+    let discovery = match (&args.tenant_kubeconfig, &args.host_kubeconfig) {
+        (Some(kubeconfig), _) => Some((kubeconfig.as_path(), args.tenant_context.as_deref())),
+        (None, Some(kubeconfig)) => Some((kubeconfig.as_path(), args.host_context.as_deref())),
+        (None, None) => None,
+    };
+    let scopes = runtime.block_on(kind_scopes::of_inputs(&mut documents, discovery))?;
+    let watches = Watches::new(planner.policy(), scopes);
     let host = match &args.host_kubeconfig {
-        Some(kubeconfig) => {
-            let kinds = documents
-                .iter()
-                .filter_map(|(_, d)| d.as_ref().ok())
-                .filter_map(|v| {
-                    Some((
-                        v.get("apiVersion")?.as_str()?.to_string(),
-                        v.get("kind")?.as_str()?.to_string(),
-                    ))
-                })
-                .collect();
-            runtime.block_on(host_cluster::read(
-                kubeconfig,
-                args.host_context.as_deref(),
-                planner.host_namespace(),
-                &kinds,
-            ))?
-        }
+        Some(kubeconfig) => runtime.block_on(host_cluster::read(
+            kubeconfig,
+            args.host_context.as_deref(),
+            planner.host_namespace(),
+            &kinds,
+        ))?,
         None => read_host_state(&args.host)?,
     };
 
     let objects = tenant_objects(documents);
     let results = match &args.planner {
-        None => explain(&planner, &host, objects),
+        None => explain(&planner, &watches, &host, objects),
         Some(address) => runtime.block_on(explain_remote(
             address,
             &tenant,
             policy_text.as_deref(),
+            &watches,
             &host,
             objects,
         ))?,
@@ -200,80 +214,137 @@ pub fn tenant_objects(
         .collect()
 }
 
-/// Plans every object in process, on every core, and returns the results in input order.
-pub fn explain(planner: &Planner, host: &HostState, objects: Vec<ObjectInput>) -> Vec<Explained> {
+/// What becomes of one usable tenant object: planned, or never seen by the syncer.
+#[expect(
+    clippy::large_enum_variant,
+    reason = "each is moved at once into an Explained, which is as large; boxing would cost an \
+              allocation per object"
+)]
+enum Fate {
+    Planned(Planned),
+    Unrecorded(UnrecordedFate),
+}
+
+/// Plans every object the syncer watches in process, on every core, and returns the results in
+/// input order.
+pub fn explain(
+    planner: &Planner,
+    watches: &Watches<'_>,
+    host: &HostState,
+    objects: Vec<ObjectInput>,
+) -> Vec<Explained> {
     let valid: Vec<&TenantObject> = objects
         .iter()
         .filter_map(|(_, o)| o.as_ref().ok())
         .collect();
-    let plans = planner.plan_batch(&valid, host);
-    let each: Vec<usize> = (0..valid.len()).collect();
+    // The objects the syncer never sees get their fate; the others are planned as one batch.
+    let fates: Vec<Option<UnrecordedFate>> =
+        parallel::map_in_order(&valid, |object| watches.unrecorded(object));
+    let watched: Vec<&TenantObject> = valid
+        .iter()
+        .zip(&fates)
+        .filter(|(_, fate)| fate.is_none())
+        .map(|(object, _)| *object)
+        .collect();
+    let plans = planner.plan_batch(&watched, host);
+    let each: Vec<usize> = (0..watched.len()).collect();
     let decisions = parallel::map_in_order(&each, |&i| {
-        plans[i].to_decision(planner.tenant(), valid[i], Stamp::now(COMPONENT))
+        plans[i].to_decision(planner.tenant(), watched[i], Stamp::now(COMPONENT))
     });
-    let planned = plans
+    let mut planned = plans
         .into_iter()
         .zip(decisions)
         .map(|(plan, decision)| Planned { decision, plan });
+    let fates: Vec<Fate> = fates
+        .into_iter()
+        .map(|fate| match fate {
+            Some(fate) => Fate::Unrecorded(fate),
+            None => Fate::Planned(planned.next().expect("one plan per watched object")),
+        })
+        .collect();
     assemble(
         objects
             .iter()
             .map(|(origin, o)| (origin.clone(), o.as_ref().err())),
-        planned.into_iter(),
+        fates.into_iter(),
     )
 }
 
-/// Plans every object on a planner service, in input order.
+/// Plans every object the syncer watches on a planner service, in input order.
 async fn explain_remote(
     address: &str,
     tenant: &Tenant,
     policy: Option<&str>,
+    watches: &Watches<'_>,
     host: &HostState,
     objects: Vec<ObjectInput>,
 ) -> anyhow::Result<Vec<Explained>> {
     let mut client = PlannerClient::connect(&ClientConfig::new(address))
         .await
         .with_context(|| format!("connecting to the planner at {address}"))?;
+    let fates: Vec<Option<UnrecordedFate>> = objects
+        .iter()
+        .filter_map(|(_, o)| o.as_ref().ok())
+        .map(|o| watches.unrecorded(o))
+        .collect();
     let valid: Vec<TenantObject> = objects
         .iter()
-        .filter_map(|(_, o)| o.as_ref().ok().cloned())
+        .filter_map(|(_, o)| o.as_ref().ok())
+        .zip(&fates)
+        .filter(|(_, fate)| fate.is_none())
+        .map(|(o, _)| o.clone())
         .collect();
     let host: Vec<HostObjectMeta> = host.iter().cloned().collect();
     let planned = client
         .plan(tenant, policy, &valid, &host)
         .await
         .with_context(|| format!("planning on the planner at {address}"))?;
+    let mut planned = planned.into_iter().map(|p| Planned {
+        decision: p.decision,
+        plan: p.plan,
+    });
+    let fates: Vec<Fate> = fates
+        .into_iter()
+        .map(|fate| match fate {
+            Some(fate) => Some(Fate::Unrecorded(fate)),
+            None => planned.next().map(Fate::Planned),
+        })
+        .collect::<Option<_>>()
+        .context("the planner answered fewer plans than it was asked for")?;
     Ok(assemble(
         objects
             .iter()
             .map(|(origin, o)| (origin.clone(), o.as_ref().err())),
-        planned.into_iter().map(|p| Planned {
-            decision: p.decision,
-            plan: p.plan,
-        }),
+        fates.into_iter(),
     ))
 }
 
-/// Puts plans (one per usable document, in order) back beside the unusable documents.
+/// Puts the fates (one per usable document, in order) back beside the unusable documents.
 fn assemble<'a>(
     documents: impl Iterator<Item = (String, Option<&'a InputError>)>,
-    mut planned: impl Iterator<Item = Planned>,
+    mut fates: impl Iterator<Item = Fate>,
 ) -> Vec<Explained> {
     documents
-        .map(|(origin, error)| match error {
-            Some(e) => Explained {
+        .map(|(origin, error)| {
+            let mut explained = Explained {
                 origin,
                 planned: None,
-                error: Some(InputError {
-                    field: e.field.clone(),
-                    problem: e.problem.clone(),
-                }),
-            },
-            None => Explained {
-                origin,
-                planned: planned.next(),
+                unrecorded: None,
                 error: None,
-            },
+            };
+            match error {
+                Some(e) => {
+                    explained.error = Some(InputError {
+                        field: e.field.clone(),
+                        problem: e.problem.clone(),
+                    });
+                }
+                None => match fates.next().expect("one fate per usable document") {
+                    Fate::Planned(p) => explained.planned = Some(p),
+                    Fate::Unrecorded(u) => explained.unrecorded = Some(u),
+                },
+            }
+            explained
         })
         .collect()
 }
@@ -293,9 +364,12 @@ fn read_host_state(paths: &[PathBuf]) -> anyhow::Result<HostState> {
     Ok(host)
 }
 
-/// The outcomes (and `error`) that make explain-sync exit with status 1.
+/// The outcomes (and `error`, `notwatched`, `unknownscope`) that make explain-sync exit with
+/// status 1.
 struct FailOn {
     outcomes: BTreeSet<Outcome>,
+    /// `NotWatched` and/or `UnknownScope`.
+    unrecorded: BTreeSet<&'static str>,
     errors: bool,
 }
 
@@ -303,12 +377,19 @@ impl FailOn {
     fn parse(items: &[String]) -> anyhow::Result<Self> {
         let mut fail_on = FailOn {
             outcomes: BTreeSet::new(),
+            unrecorded: BTreeSet::new(),
             errors: false,
         };
         for item in items.iter().map(|s| s.trim()).filter(|s| !s.is_empty()) {
-            match item {
+            match item.to_ascii_lowercase().as_str() {
                 "error" => fail_on.errors = true,
                 "none" => {}
+                "notwatched" => {
+                    fail_on.unrecorded.insert("NotWatched");
+                }
+                "unknownscope" => {
+                    fail_on.unrecorded.insert("UnknownScope");
+                }
                 other => {
                     // Accept the verbs too (`reject` for Rejected, `skip` for Skipped, ...).
                     let outcome = Outcome::ALL
@@ -320,7 +401,11 @@ impl FailOn {
                         })
                         .filter(|_| other.len() >= 4)
                         .map_or_else(|| other.parse::<Outcome>(), Ok)
-                        .map_err(|e| anyhow::anyhow!("--fail-on: {e}, error or none"))?;
+                        .map_err(|e| {
+                            anyhow::anyhow!(
+                                "--fail-on: {e}, notwatched, unknownscope, error or none"
+                            )
+                        })?;
                     fail_on.outcomes.insert(outcome);
                 }
             }
@@ -329,24 +414,28 @@ impl FailOn {
     }
 
     fn matches(&self, result: &Explained) -> bool {
-        match &result.planned {
-            Some(p) => self.outcomes.contains(&p.decision.outcome),
-            None => self.errors,
+        match (&result.planned, &result.unrecorded) {
+            (Some(p), _) => self.outcomes.contains(&p.decision.outcome),
+            (None, Some(u)) => self.unrecorded.contains(u.fate.outcome()),
+            (None, None) => self.errors,
         }
     }
 }
 
-/// `14 objects: 6 Synced, 2 Skipped, 3 Rejected, 2 Conflict, 1 error`.
+/// `15 documents: 6 Synced, 2 Skipped, 3 Rejected, 2 Conflict, 1 NotWatched, 1 error`.
 fn summary(results: &[Explained]) -> String {
     let mut counts = std::collections::BTreeMap::new();
+    let mut unrecorded = std::collections::BTreeMap::new();
     let mut errors = 0;
     for r in results {
-        match &r.planned {
-            Some(p) => *counts.entry(p.decision.outcome).or_insert(0) += 1,
-            None => errors += 1,
+        match (&r.planned, &r.unrecorded) {
+            (Some(p), _) => *counts.entry(p.decision.outcome).or_insert(0) += 1,
+            (None, Some(u)) => *unrecorded.entry(u.fate.outcome()).or_insert(0) += 1,
+            (None, None) => errors += 1,
         }
     }
     let mut parts: Vec<String> = counts.iter().map(|(o, n)| format!("{n} {o}")).collect();
+    parts.extend(unrecorded.iter().map(|(o, n)| format!("{n} {o}")));
     if errors > 0 {
         parts.push(format!(
             "{errors} error{}",
@@ -363,8 +452,8 @@ pub fn write_table(out: &mut impl Write, results: &[Explained]) -> std::io::Resu
         table.cell(format_args!("{header}"));
     }
     for r in results {
-        match (&r.planned, &r.error) {
-            (Some(p), _) => {
+        match &r.planned {
+            Some(p) => {
                 let d = &p.decision;
                 let (kind, namespace, name) =
                     (&d.subject.kind, &d.subject.namespace, &d.subject.name);
@@ -390,12 +479,29 @@ pub fn write_table(out: &mut impl Write, results: &[Explained]) -> std::io::Resu
                     )),
                 }
             }
-            (None, Some(e)) => {
-                for cell in [r.origin.as_str(), "-", "none", "Error", "-", &e.problem] {
-                    table.cell(format_args!("{cell}"));
+            None => match (&r.unrecorded, &r.error) {
+                (Some(u), _) => {
+                    let s = &u.subject;
+                    match s.namespace.as_str() {
+                        "" => table.cell(format_args!("{}/{}", s.kind, s.name)),
+                        ns => table.cell(format_args!("{}/{ns}/{}", s.kind, s.name)),
+                    }
+                    table.cell(format_args!("-"));
+                    table.cell(format_args!("none"));
+                    table.cell(format_args!("{}", u.fate.outcome()));
+                    match &u.verdict.rule {
+                        Some(rule) => table.cell(format_args!("{}/{rule}", u.verdict.policy)),
+                        None => table.cell(format_args!("{}/(default)", u.verdict.policy)),
+                    }
+                    table.cell(format_args!("{}", u.fate.reason()));
                 }
-            }
-            (None, None) => unreachable!("every result is planned or an error"),
+                (None, Some(e)) => {
+                    for cell in [r.origin.as_str(), "-", "none", "Error", "-", &e.problem] {
+                        table.cell(format_args!("{cell}"));
+                    }
+                }
+                (None, None) => unreachable!("every result is planned, unrecorded or an error"),
+            },
         }
     }
     table.write(out)

@@ -6,9 +6,19 @@
 //! object to the tenant object, the mapping, the SyncPolicy rule or IsolationProfile field, and
 //! the trace. A compiled isolation object (NetworkPolicy, ResourceQuota...) is explained the same
 //! way: its profile, level and fields from its annotations, then the syncer's decisions that
-//! applied it (subject: the IsolationProfile; the profile generation and fields they name). For a tenant object (`why --tenant NAME KIND/NAMESPACE/NAME`): prints the latest
-//! decision about it from the log alone, which is how a refused object (no host object) is
-//! explained.
+//! applied it (subject: the IsolationProfile; the profile generation and fields they name).
+//!
+//! For a tenant object (`why --tenant NAME KIND/NAMESPACE/NAME`, or `KIND/NAME` for a
+//! cluster-scoped kind): prints the latest decision about it from the log, which is how a refused
+//! object (no host object) is explained. When the log has none, the answer comes from the policy
+//! in force (the Tenant's SyncPolicy read from the host cluster, or --policy): the syncer does not
+//! watch the object's kind, so it never records anything about it (cluster-scoped, or named by
+//! no Sync rule: `tenantplane_core::watch`, the rule the syncer's discovery applies), or it does
+//! and has not seen the object (it may not exist, or not be synced yet).
+//!
+//! Exit status: 0 when the log or the policy accounts for the object; 1 when something does not
+//! add up, or the syncer watches the object's kind and has recorded nothing about it, or its
+//! kind's scope is unknown; 2 on errors (bad input, unreachable cluster or log).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -16,14 +26,19 @@ use std::process::ExitCode;
 
 use anyhow::{Context, bail};
 use kube::api::{Api, DynamicObject};
-use kube::discovery::{ApiResource, Discovery};
+use kube::discovery::{ApiCapabilities, ApiResource, Discovery};
 use serde::Serialize;
+use tenantplane_api::Tenant;
 use tenantplane_api::provenance;
+use tenantplane_core::CompiledPolicy;
 use tenantplane_core::decision::{Decision, HostAction};
+use tenantplane_core::scope::{BuiltinKind, KindScope, KindScopes};
+use tenantplane_core::watch::{Fate, UnrecordedFate, Watches, discovered_scope};
 use tenantplane_decision_log::{Entry, Filter, ObjectFilter};
 use tenantplane_telemetry::{TRACE_URL_ENV, TraceUrl};
 
 use crate::decision_source::{DecisionSource, SourceArgs};
+use crate::input;
 
 /// How many of an object's decisions are read, newest first, to find the one that created it.
 const HISTORY: u32 = 1000;
@@ -32,11 +47,24 @@ const HISTORY: u32 = 1000;
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// The object: KIND/NAMESPACE/NAME (kind as in `kubectl get`: Pod, pod, pods,
-    /// deployments.apps). A host object unless --tenant is given.
+    /// deployments.apps). A host object unless --tenant is given; a tenant object of a
+    /// cluster-scoped kind is KIND/NAME.
     object: String,
-    /// Explain the tenant object of this Tenant instead (from the decision log alone).
+    /// Explain the tenant object of this Tenant instead: from the decision log, or, when it has
+    /// no decision about the object, from the Tenant's SyncPolicy.
     #[arg(long)]
     tenant: Option<String>,
+    /// With --tenant: the SyncPolicy in force (YAML or JSON), instead of the one the Tenant
+    /// names in the host cluster.
+    #[arg(long, value_name = "FILE", requires = "tenant")]
+    policy: Option<PathBuf>,
+    /// With --tenant: the tenant control plane's kubeconfig, to learn a custom kind and its
+    /// scope from its discovery (read-only).
+    #[arg(long, value_name = "FILE", requires = "tenant")]
+    tenant_kubeconfig: Option<PathBuf>,
+    /// Context of --tenant-kubeconfig (default: its current context).
+    #[arg(long, value_name = "NAME", requires = "tenant_kubeconfig")]
+    tenant_context: Option<String>,
     /// Host cluster kubeconfig (default: KUBECONFIG or ~/.kube/config).
     #[arg(long, env = "TENANTPLANE_HOST_KUBECONFIG")]
     host_kubeconfig: Option<PathBuf>,
@@ -81,6 +109,10 @@ struct Explanation {
     /// the latest decision).
     #[serde(skip_serializing_if = "Option::is_none")]
     last_changed_by: Option<Entry>,
+    /// For a tenant object the log has no decision about, whose kind the syncer does not watch:
+    /// why it records nothing, from the policy in force.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    unrecorded: Option<UnrecordedFate>,
     /// How many decisions the log holds about the object (up to the lookup limit).
     decisions: usize,
     /// What does not add up, e.g. a decision id on the object that the log does not have.
@@ -128,7 +160,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
 }
 
 async fn run_async(args: &Args) -> anyhow::Result<ExitCode> {
-    let target = ObjectRef::parse(&args.object)?;
+    let target = ObjectRef::parse(&args.object, args.tenant.is_some())?;
     let explanation = match &args.tenant {
         Some(tenant) => explain_tenant_object(args, tenant, &target).await?,
         None => explain_host_object(args, &target).await?,
@@ -153,8 +185,16 @@ struct ObjectRef {
 }
 
 impl ObjectRef {
-    fn parse(s: &str) -> anyhow::Result<ObjectRef> {
+    /// `KIND/NAMESPACE/NAME`, or `KIND/NAME` (namespace empty) when `cluster_scoped` may be.
+    fn parse(s: &str, cluster_scoped: bool) -> anyhow::Result<ObjectRef> {
         match s.split('/').collect::<Vec<_>>().as_slice() {
+            [kind, name] if cluster_scoped && !kind.is_empty() && !name.is_empty() => {
+                Ok(ObjectRef {
+                    kind: kind.to_string(),
+                    namespace: String::new(),
+                    name: name.to_string(),
+                })
+            }
             [kind, namespace, name]
                 if !kind.is_empty() && !namespace.is_empty() && !name.is_empty() =>
             {
@@ -164,10 +204,23 @@ impl ObjectRef {
                     name: name.to_string(),
                 })
             }
+            _ if cluster_scoped => bail!(
+                "{s:?} is not KIND/NAMESPACE/NAME (e.g. Deployment/shop/web), nor KIND/NAME for a \
+                 cluster-scoped kind (e.g. ClusterRoleBinding/admin)"
+            ),
             _ => bail!(
                 "{s:?} is not KIND/NAMESPACE/NAME (e.g. Pod/tenant-acme/web-x-shop); why explains \
-                 namespaced objects"
+                 namespaced host objects"
             ),
+        }
+    }
+
+    /// `NAMESPACE/NAME`, or `NAME` for a cluster-scoped object.
+    fn display_name(&self) -> String {
+        if self.namespace.is_empty() {
+            self.name.clone()
+        } else {
+            format!("{}/{}", self.namespace, self.name)
         }
     }
 
@@ -190,7 +243,7 @@ async fn explain_tenant_object(
         tenant: Some(tenant.to_string()),
         subject: ObjectFilter {
             kind: None,
-            namespace: Some(target.namespace.clone()),
+            namespace: Some(target.namespace.clone()).filter(|ns| !ns.is_empty()),
             name: Some(target.name.clone()),
         },
         ..Filter::default()
@@ -199,15 +252,13 @@ async fn explain_tenant_object(
         .query(&filter, HISTORY, true)
         .await?
         .into_iter()
-        .filter(|e| target.names_kind(&e.decision.subject.kind))
+        .filter(|e| {
+            target.names_kind(&e.decision.subject.kind)
+                && (!target.namespace.is_empty() || e.decision.subject.namespace.is_empty())
+        })
         .collect();
     let Some(latest) = history.first().cloned() else {
-        bail!(
-            "the decision log has no decision about {} {}/{} of tenant {tenant}",
-            target.kind,
-            target.namespace,
-            target.name
-        );
+        return explain_unrecorded(args, tenant, target).await;
     };
     let d = &latest.decision;
     Ok(Explanation {
@@ -223,10 +274,132 @@ async fn explain_tenant_object(
         }),
         isolation: None,
         created_by: creation(&history, latest.sequence),
+        unrecorded: None,
         decisions: history.len(),
         last_changed_by: Some(latest),
         problems: Vec::new(),
     })
+}
+
+/// The answer for a tenant object the decision log has no decision about, from the policy in
+/// force: the syncer does not watch its kind (why, and what the policy would decide), or it does
+/// and has recorded nothing (a problem: never seen).
+async fn explain_unrecorded(
+    args: &Args,
+    tenant: &str,
+    target: &ObjectRef,
+) -> anyhow::Result<Explanation> {
+    let policy = match &args.policy {
+        Some(path) => CompiledPolicy::from_yaml(&input::read_text(path)?)
+            .with_context(|| format!("SyncPolicy {}", path.display()))?,
+        None => {
+            let host = crate::host_cluster::client(
+                args.host_kubeconfig.as_deref(),
+                args.host_context.as_deref(),
+            )
+            .await?;
+            let found = Api::<Tenant>::all(host.clone())
+                .get_opt(tenant)
+                .await
+                .with_context(|| format!("reading Tenant {tenant} on the host cluster"))?
+                .with_context(|| {
+                    format!(
+                        "the decision log has no decision about {} {}, and the host cluster has \
+                         no Tenant {tenant} whose SyncPolicy could say why",
+                        target.kind,
+                        target.display_name()
+                    )
+                })?;
+            tenantplane_syncer::controller::policy_in_force(&host, &found)
+                .await?
+                .1
+        }
+    };
+    let (api_version, kind, scope) = tenant_kind(args, &target.kind).await?;
+    let mut scopes = KindScopes::new();
+    if let Some(scope) = scope {
+        scopes.learn(
+            tenantplane_core::object::group_of(&api_version),
+            &kind,
+            scope,
+        );
+    }
+    let mut explanation = Explanation {
+        host_object: None,
+        source: None,
+        isolation: None,
+        created_by: None,
+        last_changed_by: None,
+        unrecorded: None,
+        decisions: 0,
+        problems: Vec::new(),
+    };
+    let fate = Watches::new(&policy, scopes)
+        .unrecorded_identity(&api_version, &kind, &target.namespace, &target.name)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", args.object))?;
+    match fate {
+        Some(fate) => {
+            if fate.fate == Fate::ClusterScoped && !target.namespace.is_empty() {
+                explanation.problems.push(format!(
+                    "{kind} is cluster-scoped: the object is {kind}/{} (a namespace is ignored)",
+                    target.name
+                ));
+            } else if fate.fate != Fate::ClusterScoped && target.namespace.is_empty() {
+                bail!("{kind} is not cluster-scoped: name the object as {kind}/NAMESPACE/NAME");
+            }
+            if fate.fate == Fate::UnknownScope {
+                explanation.problems.push(format!(
+                    "the scope of {kind} is unknown, so whether the syncer watches it cannot be \
+                     told (give --tenant-kubeconfig to ask the tenant control plane)"
+                ));
+            }
+            explanation.unrecorded = Some(fate);
+        }
+        None => {
+            if target.namespace.is_empty() {
+                bail!("{kind} is not cluster-scoped: name the object as {kind}/NAMESPACE/NAME");
+            }
+            explanation.problems.push(format!(
+                "never seen: SyncPolicy {} (revision {}) syncs {kind}, so the syncer watches it, \
+                 but the decision log has no decision about {kind} {}/{} of tenant {tenant} (it \
+                 may not exist in the tenant control plane, or not be synced yet, or its \
+                 decisions were pruned by retention)",
+                policy.name(),
+                policy.revision(),
+                target.namespace,
+                target.name
+            ));
+        }
+    }
+    Ok(explanation)
+}
+
+/// The apiVersion, kind and (when learned) scope of a typed tenant kind: a built-in kind's from
+/// the built-in table, any other's from the tenant control plane's discovery
+/// (--tenant-kubeconfig), as explain-sync learns them.
+async fn tenant_kind(
+    args: &Args,
+    typed: &str,
+) -> anyhow::Result<(String, String, Option<KindScope>)> {
+    if let Some(builtin) = BuiltinKind::typed(typed) {
+        return Ok((builtin.api_version(), builtin.kind.to_string(), None));
+    }
+    let Some(kubeconfig) = &args.tenant_kubeconfig else {
+        bail!(
+            "{typed:?} is not a built-in Kubernetes kind: give --tenant-kubeconfig, so that the \
+             tenant control plane's discovery says what it is and its scope"
+        );
+    };
+    let client =
+        crate::host_cluster::client(Some(kubeconfig), args.tenant_context.as_deref()).await?;
+    let (resource, caps) = resolve_kind(&client, typed)
+        .await
+        .context("on the tenant control plane")?;
+    Ok((
+        resource.api_version,
+        resource.kind,
+        Some(discovered_scope(&caps)),
+    ))
 }
 
 async fn explain_host_object(args: &Args, target: &ObjectRef) -> anyhow::Result<Explanation> {
@@ -235,7 +408,9 @@ async fn explain_host_object(args: &Args, target: &ObjectRef) -> anyhow::Result<
         args.host_context.as_deref(),
     )
     .await?;
-    let resource = resolve_kind(&client, &target.kind).await?;
+    let (resource, _) = resolve_kind(&client, &target.kind)
+        .await
+        .context("on the host cluster")?;
     let api: Api<DynamicObject> =
         Api::namespaced_with(client.clone(), &target.namespace, &resource);
     let meta = api
@@ -278,6 +453,7 @@ async fn explain_host_object(args: &Args, target: &ObjectRef) -> anyhow::Result<
         isolation: None,
         created_by: None,
         last_changed_by: None,
+        unrecorded: None,
         decisions: 0,
         problems: Vec::new(),
     };
@@ -404,7 +580,10 @@ fn check_matches(explanation: &mut Explanation, decision: &Decision) {
 }
 
 /// Finds the resource a typed kind names (`Pod`, `pods`, `deployments.apps`), as kubectl does.
-async fn resolve_kind(client: &kube::Client, typed: &str) -> anyhow::Result<ApiResource> {
+async fn resolve_kind(
+    client: &kube::Client,
+    typed: &str,
+) -> anyhow::Result<(ApiResource, ApiCapabilities)> {
     let (name, group) = match typed.split_once('.') {
         Some((name, group)) => (name, Some(group)),
         None => (typed, None),
@@ -413,14 +592,13 @@ async fn resolve_kind(client: &kube::Client, typed: &str) -> anyhow::Result<ApiR
     let discovery = Discovery::new(client.clone())
         .run()
         .await
-        .context("discovering the host cluster's resources")?;
+        .context("discovering the cluster's resources")?;
     let found = discovery
         .groups()
         .filter(|g| group.is_none_or(|want| g.name() == want))
         .flat_map(|g| g.recommended_resources())
-        .map(|(resource, _)| resource)
-        .find(|r| r.kind.to_ascii_lowercase() == name || r.plural == name);
-    found.with_context(|| format!("the host cluster serves no resource named {typed:?}"))
+        .find(|(r, _)| r.kind.to_ascii_lowercase() == name || r.plural == name);
+    found.with_context(|| format!("the cluster serves no resource named {typed:?}"))
 }
 
 /// The explanation as the chain a person reads.
@@ -454,6 +632,34 @@ fn render(e: &Explanation, trace_url: &TraceUrl) -> String {
             ),
         );
         line("Mapping", format!("scheme {}", s.mapping_version));
+    }
+    if let Some(u) = &e.unrecorded {
+        let s = &u.subject;
+        let placed = match s.namespace.as_str() {
+            "" => s.name.clone(),
+            ns => format!("{ns}/{}", s.name),
+        };
+        line(
+            "Tenant object",
+            format!("{} {placed} ({})", s.kind, s.api_version),
+        );
+        line(
+            u.fate.outcome(),
+            format!("{}: {}", u.fate.reason(), u.message),
+        );
+        line(
+            "  policy",
+            format!(
+                "SyncPolicy {} revision {}, rule {}",
+                u.verdict.policy,
+                u.verdict.policy_revision,
+                u.verdict.rule.as_deref().unwrap_or("(the policy default)")
+            ),
+        );
+        line(
+            "  would decide",
+            format!("{:?} ({})", u.verdict.action, u.verdict.reason),
+        );
     }
     let same = matches!((&e.created_by, &e.last_changed_by), (Some(c), Some(l)) if c.sequence == l.sequence);
     if let Some(c) = &e.created_by
