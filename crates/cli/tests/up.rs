@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, ServiceAccount};
 use kube::Api;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -102,7 +102,7 @@ async fn up_converges_the_demo_and_the_other_commands_explain_it() {
     wait_for_decisions(
         &mut up,
         &[
-            ("Pod/shop/web-7d4b9c-x2x9q", "Synced"),
+            ("Pod/shop/web-7d4b9c-x2x9q", "Rejected"),
             ("Pod/ops/node-debugger", "Rejected"),
             ("ConfigMap/shop/web-config", "Conflict"),
             // examples/host holds acme's earlier sync of shop-x-eu/cache, whose source the
@@ -117,10 +117,23 @@ async fn up_converges_the_demo_and_the_other_commands_explain_it() {
     // The host holds what the decisions say, and the foreign object is untouched.
     let host = client(&data.path().join("host.kubeconfig")).await;
     let pods: Api<Pod> = Api::namespaced(host.clone(), "tenant-acme");
-    let pod = pods.get("web-7d4b9c-x2x9q-x-shop").await.unwrap();
-    let labels = pod.metadata.labels.unwrap();
-    assert_eq!(labels["tenantplane.io/tenant"], "acme");
+    // The web pod names its ConfigMap web-config, whose host name the platform's ConfigMap
+    // holds: refused, so it never reads the platform's configuration.
+    assert!(
+        pods.get_opt("web-7d4b9c-x2x9q-x-shop")
+            .await
+            .unwrap()
+            .is_none()
+    );
     assert!(pods.get_opt("node-debugger-x-ops").await.unwrap().is_none());
+    let account = Api::<ServiceAccount>::namespaced(host.clone(), "tenant-acme")
+        .get("web-x-shop")
+        .await
+        .unwrap();
+    assert_eq!(
+        account.metadata.labels.unwrap()["tenantplane.io/tenant"],
+        "acme"
+    );
     let foreign = Api::<ConfigMap>::namespaced(host, "tenant-acme")
         .get("web-config-x-shop")
         .await
@@ -134,12 +147,12 @@ async fn up_converges_the_demo_and_the_other_commands_explain_it() {
         tenantplane()
             .args(["why", "--server", &server, "--host-kubeconfig"])
             .arg(data.path().join("host.kubeconfig"))
-            .arg("pods/tenant-acme/web-7d4b9c-x2x9q-x-shop"),
+            .arg("serviceaccounts/tenant-acme/web-x-shop"),
     )
     .await;
     assert!(ok, "{why}");
     assert!(
-        why.contains("Pod shop/web-7d4b9c-x2x9q in tenant acme"),
+        why.contains("ServiceAccount shop/web in tenant acme"),
         "{why}"
     );
     assert!(why.contains("rule sync-workloads"), "{why}");
@@ -158,6 +171,22 @@ async fn up_converges_the_demo_and_the_other_commands_explain_it() {
     assert!(why.contains("Rejected"), "{why}");
     assert!(why.contains("rule no-host-network"), "{why}");
     assert!(why.contains("spec.hostNetwork"), "{why}");
+
+    let (ok, why) = output(tenantplane().args([
+        "why",
+        "--server",
+        &server,
+        "--tenant",
+        "acme",
+        "Pod/shop/web-7d4b9c-x2x9q",
+    ]))
+    .await;
+    assert!(ok, "{why}");
+    assert!(why.contains("ReferenceToForeignHostObject"), "{why}");
+    assert!(
+        why.contains("spec.containers[0].envFrom[0].configMapRef.name"),
+        "{why}"
+    );
 
     // The log the system writes verifies while it runs.
     let (ok, verify) = output(
