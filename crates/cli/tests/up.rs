@@ -1,6 +1,7 @@
 //! `tenantplane up` as a newcomer runs it: it starts the services and two local clusters,
 //! applies the examples, prints decisions as they happen, and the other commands (`why`,
-//! `decisions`, `audit verify`) work against the running system; SIGTERM stops everything.
+//! `decisions`, `audit verify`) work against the running system; a service that crashes is
+//! restarted and sync goes on; SIGTERM stops everything.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -9,8 +10,9 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, ServiceAccount};
 use kube::Api;
 use kube::config::{KubeConfigOptions, Kubeconfig};
-use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::{Child, Command};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader, Lines};
+use tokio::process::{Child, ChildStdout, Command};
+use tokio::sync::mpsc;
 
 /// A guard against a hung run, not a performance assertion.
 const CONVERGE: Duration = Duration::from_secs(120);
@@ -23,12 +25,15 @@ fn examples() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples")
 }
 
-/// A base port whose +1..+32 range is free right now.
+/// A base port whose +1..+32 range is free right now, another one on each call (the tests of
+/// this file run at the same time).
 fn free_base_port() -> u16 {
+    static CALLS: std::sync::atomic::AtomicU16 = std::sync::atomic::AtomicU16::new(0);
+    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let offsets = [1, 2, 11, 12, 21, 22, 31, 32];
     let seed = std::process::id() as u16;
-    (0..200u16)
-        .map(|i| 20000 + (seed.wrapping_mul(37).wrapping_add(i * 97)) % 40000)
+    (call * 200..call * 200 + 200)
+        .map(|i| 20000 + (seed.wrapping_mul(37).wrapping_add(i.wrapping_mul(97))) % 40000)
         .find(|base| {
             offsets
                 .iter()
@@ -55,10 +60,16 @@ async fn output(cmd: &mut Command) -> (bool, String) {
     (out.status.success(), text)
 }
 
+/// `up`'s stdout, line by line.
+fn decision_lines(up: &mut Child) -> Lines<BufReader<ChildStdout>> {
+    BufReader::new(up.stdout.take().expect("piped")).lines()
+}
+
 /// Reads `up`'s stdout until every wanted (subject, outcome) decision line has appeared.
-async fn wait_for_decisions(up: &mut Child, wanted: &[(&str, &str)]) -> Vec<String> {
-    let stdout = up.stdout.as_mut().expect("piped");
-    let mut lines = BufReader::new(stdout).lines();
+async fn wait_for_decisions(
+    lines: &mut Lines<BufReader<ChildStdout>>,
+    wanted: &[(&str, &str)],
+) -> Vec<String> {
     let mut seen = Vec::new();
     let all_seen = |seen: &[String]| {
         wanted.iter().all(|(subject, outcome)| {
@@ -99,8 +110,9 @@ async fn up_converges_the_demo_and_the_other_commands_explain_it() {
         .spawn()
         .unwrap();
 
+    let mut decisions = decision_lines(&mut up);
     wait_for_decisions(
-        &mut up,
+        &mut decisions,
         &[
             ("Pod/shop/web-7d4b9c-x2x9q", "Rejected"),
             ("Pod/ops/node-debugger", "Rejected"),
@@ -198,17 +210,209 @@ async fn up_converges_the_demo_and_the_other_commands_explain_it() {
     assert!(ok, "{verify}");
 
     // SIGTERM stops up and every service it started.
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(up.id().unwrap() as i32),
-        nix::sys::signal::Signal::SIGTERM,
-    )
-    .unwrap();
+    stop(&mut up, base).await;
+}
+
+/// SIGTERM to `up`: it exits 0 and every port it opened is closed.
+async fn stop(up: &mut Child, base: u16) {
+    signal(up.id().unwrap() as i32, nix::sys::signal::Signal::SIGTERM);
     let status = tokio::time::timeout(CONVERGE, up.wait())
         .await
         .expect("up stops")
         .unwrap();
     assert!(status.success(), "{status}");
     for offset in [1, 11, 21, 31, 32] {
+        assert!(
+            std::net::TcpStream::connect(("127.0.0.1", base + offset)).is_err(),
+            "port {} still open after up stopped",
+            base + offset
+        );
+    }
+}
+
+fn signal(pid: i32, signal: nix::sys::signal::Signal) {
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), signal).unwrap();
+}
+
+/// The pid of the child of `parent` that runs `tenantplane service NAME`, from /proc.
+fn service_pid(parent: u32, name: &str) -> Option<i32> {
+    std::fs::read_dir("/proc").ok()?.find_map(|entry| {
+        let pid: i32 = entry.ok()?.file_name().to_str()?.parse().ok()?;
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        // `pid (comm) state ppid ...`; comm may hold spaces, not a ')'.
+        let ppid: u32 = stat
+            .rsplit_once(')')?
+            .1
+            .split_whitespace()
+            .nth(1)?
+            .parse()
+            .ok()?;
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+        let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+        let runs_it = args
+            .windows(2)
+            .any(|w| w[0] == b"service" && w[1] == name.as_bytes());
+        (ppid == parent && runs_it).then_some(pid)
+    })
+}
+
+/// Whether `GET /ready` on an admin port answers 200.
+async fn ready(admin: u16) -> bool {
+    let Ok(mut stream) = tokio::net::TcpStream::connect(("127.0.0.1", admin)).await else {
+        return false;
+    };
+    let request = format!("GET /ready HTTP/1.0\r\nHost: 127.0.0.1:{admin}\r\n\r\n");
+    if stream.write_all(request.as_bytes()).await.is_err() {
+        return false;
+    }
+    let mut response = String::new();
+    let _ = stream.read_to_string(&mut response).await;
+    response.starts_with("HTTP/1.1 200") || response.starts_with("HTTP/1.0 200")
+}
+
+/// Waits until `up` printed a line containing every one of `parts` on stderr.
+async fn wait_for_stderr(stderr: &mut mpsc::UnboundedReceiver<String>, parts: &[&str]) -> String {
+    let find = async {
+        while let Some(line) = stderr.recv().await {
+            if parts.iter().all(|p| line.contains(p)) {
+                return Some(line);
+            }
+        }
+        None
+    };
+    tokio::time::timeout(CONVERGE, find)
+        .await
+        .ok()
+        .flatten()
+        .unwrap_or_else(|| panic!("up printed no line with {parts:?} on stderr"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn up_restarts_each_service_killed_and_sync_goes_on() {
+    let data = tempfile::tempdir().unwrap();
+    let base = free_base_port();
+    let mut up = tenantplane()
+        .args(["up", "--base-port", &base.to_string(), "--examples"])
+        .arg(examples())
+        .arg("--data-dir")
+        .arg(data.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let up_pid = up.id().unwrap();
+    // up's stderr, echoed for whoever reads the test's output, and kept for the assertions.
+    let (stderr_tx, mut stderr) = mpsc::unbounded_channel();
+    let mut stderr_lines = BufReader::new(up.stderr.take().unwrap()).lines();
+    tokio::spawn(async move {
+        while let Ok(Some(line)) = stderr_lines.next_line().await {
+            eprintln!("{line}");
+            let _ = stderr_tx.send(line);
+        }
+    });
+    let mut decisions = decision_lines(&mut up);
+    wait_for_decisions(&mut decisions, &[("Pod/shop/web-7d4b9c-x2x9q", "Synced")]).await;
+
+    let tenant = client(&data.path().join("tenant.kubeconfig")).await;
+    let host = client(&data.path().join("host.kubeconfig")).await;
+    let tenant_config_maps: Api<ConfigMap> = Api::namespaced(tenant, "shop");
+    let host_config_maps: Api<ConfigMap> = Api::namespaced(host, "tenant-acme");
+    for (service, admin) in [("planner", 2), ("isolation-compiler", 12), ("syncer", 22)] {
+        let killed =
+            service_pid(up_pid, service).unwrap_or_else(|| panic!("up runs no {service} service"));
+        signal(killed, nix::sys::signal::Signal::SIGKILL);
+        // Created while the service is down: without a planner the syncer defers the object
+        // and retries it once the planner is back; without a syncer, the new one lists it.
+        let name = format!("after-{service}-killed");
+        let config_map: ConfigMap = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "namespace": "shop"},
+            "data": {"killed": service},
+        }))
+        .unwrap();
+        tenant_config_maps
+            .create(&Default::default(), &config_map)
+            .await
+            .unwrap();
+
+        wait_for_stderr(
+            &mut stderr,
+            &[
+                &format!("the {service} service exited (signal: 9"),
+                "restarting it (restart 1) in",
+            ],
+        )
+        .await;
+        let subject = format!("ConfigMap/shop/{name}");
+        wait_for_decisions(&mut decisions, &[(&subject, "Synced")]).await;
+        // The decision is recorded as the host write is made: the object follows.
+        let on_host = async {
+            loop {
+                if let Some(synced) = host_config_maps
+                    .get_opt(&format!("{name}-x-shop"))
+                    .await
+                    .unwrap()
+                {
+                    return synced;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        };
+        let synced = tokio::time::timeout(CONVERGE, on_host)
+            .await
+            .unwrap_or_else(|_| panic!("{name} synced but not on the host"));
+        assert_eq!(synced.data.unwrap()["killed"], service);
+
+        // A new process on the same ports, ready.
+        let back = async {
+            loop {
+                let pid = service_pid(up_pid, service);
+                if pid.is_some_and(|pid| pid != killed) && ready(base + admin).await {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        };
+        tokio::time::timeout(CONVERGE, back)
+            .await
+            .unwrap_or_else(|_| panic!("the {service} service did not come back"));
+    }
+
+    stop(&mut up, base).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn up_stops_when_a_service_fails_three_starts_in_a_row() {
+    let data = tempfile::tempdir().unwrap();
+    let base = free_base_port();
+    // Someone else holds the planner's port: every start of the planner fails.
+    let _taken = std::net::TcpListener::bind(("127.0.0.1", base + 1)).unwrap();
+    let up = tenantplane()
+        .args(["up", "--no-demo", "--base-port", &base.to_string()])
+        .arg("--data-dir")
+        .arg(data.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let out = tokio::time::timeout(CONVERGE, up.wait_with_output())
+        .await
+        .expect("up stops")
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    for expected in [
+        "the planner service exited (exit status: ",
+        "before it was ready; restarting it (restart 1) in 1s",
+        "before it was ready; restarting it (restart 2) in 2s",
+        "before it was ready, 3 starts in a row; last lines of",
+        &format!("binding the gRPC port 127.0.0.1:{}", base + 1),
+    ] {
+        assert!(stderr.contains(expected), "no {expected:?} in:\n{stderr}");
+    }
+    // The services that did start were stopped with it.
+    for offset in [11, 21, 31, 32] {
         assert!(
             std::net::TcpStream::connect(("127.0.0.1", base + offset)).is_err(),
             "port {} still open after up stopped",

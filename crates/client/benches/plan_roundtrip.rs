@@ -188,9 +188,7 @@ async fn halves(tenant: &Tenant, batch: &[TenantObject]) -> (Vec<(&'static str, 
     use tenantplane_core::mapping::TenantPlacement;
     use tenantplane_grpc::convert::{from_proto, to_proto};
     use tenantplane_proto::planner::v1::planner_server::Planner as _;
-    use tenantplane_proto::planner::v1::{
-        DecisionForm, PlacementForm, PlanForm, PlanRequest, PlanResponse,
-    };
+    use tenantplane_proto::planner::v1::{PlanForm, PlanRequest, PlanResponse};
 
     let service = PlannerService::new();
     let placement = TenantPlacement::from(tenant);
@@ -207,8 +205,6 @@ async fn halves(tenant: &Tenant, batch: &[TenantObject]) -> (Vec<(&'static str, 
             tenant: Some(to_proto::tenant(tenant)),
             objects,
             plan_form: PlanForm::Minimal.into(),
-            decision_form: DecisionForm::Compact.into(),
-            placement_form: PlacementForm::Derived.into(),
             mapping_version: tenant.mapping_version().to_string(),
             ..Default::default()
         };

@@ -20,8 +20,8 @@ use tenantplane_grpc::convert::from_proto::{self, PlanAnswer, SentObject};
 use tenantplane_grpc::convert::to_proto;
 use tenantplane_proto::planner::v1::planner_client;
 use tenantplane_proto::planner::v1::{
-    DecisionForm, ExplainHostObjectRequest, GetVersionRequest, Ownership, PlacementForm, PlanForm,
-    PlanRequest, PlanResponse,
+    ExplainHostObjectRequest, GetVersionRequest, Ownership, PlacementForm, PlanForm, PlanRequest,
+    PlanResponse,
 };
 use tonic::transport::Channel;
 
@@ -150,15 +150,11 @@ impl PlannerClient {
             each: PlanRequest {
                 tenant: Some(to_proto::tenant(tenant)),
                 sync_policy: sync_policy.unwrap_or_default().as_bytes().to_vec(),
-                // A third of the bytes of the compact, derived form: each plan carries only what
-                // is not derived here from the objects sent and the response (a planner that
-                // predates the minimal form answers in the two below).
+                // The form planner.proto recommends to a client that runs the mapping scheme:
+                // each plan carries only what is not derived here from the objects sent and the
+                // response. Under another mapping version the answer is complete (the standard
+                // form), and is read as such.
                 plan_form: PlanForm::Minimal.into(),
-                // A quarter fewer bytes than the full form: the decisions are rebuilt here from
-                // their plans.
-                decision_form: DecisionForm::Compact.into(),
-                // A third fewer again: the placements' metadata is derived here from the objects.
-                placement_form: PlacementForm::Derived.into(),
                 mapping_version: tenant.mapping_version().to_string(),
                 ..PlanRequest::default()
             },

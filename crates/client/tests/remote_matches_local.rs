@@ -264,12 +264,23 @@ async fn only_the_host_objects_at_the_targets_are_sent() {
 }
 
 /// The planner, answering as an older or differently built one would: each Plan request is
-/// rewritten before it is planned. Records the number of host objects each request carried.
+/// rewritten before it is planned. Records the number of host objects each request carried, and
+/// the forms it asked for.
 #[derive(Clone)]
 struct Rewriting {
     planner: std::sync::Arc<PlannerService>,
     rewrite: fn(&mut PlanRequest),
     host_objects: std::sync::Arc<std::sync::Mutex<Vec<usize>>>,
+    forms: std::sync::Arc<std::sync::Mutex<Vec<AskedForms>>>,
+}
+
+/// The forms a Plan request asked for.
+#[derive(Debug, PartialEq, Eq)]
+struct AskedForms {
+    plan: PlanForm,
+    decision: DecisionForm,
+    placement: PlacementForm,
+    mapping_version: String,
 }
 
 impl Rewriting {
@@ -278,6 +289,7 @@ impl Rewriting {
             planner: Default::default(),
             rewrite,
             host_objects: Default::default(),
+            forms: Default::default(),
         }
     }
 }
@@ -293,6 +305,12 @@ impl planner_server::Planner for Rewriting {
             .lock()
             .unwrap()
             .push(request.host_objects.len());
+        self.forms.lock().unwrap().push(AskedForms {
+            plan: request.plan_form(),
+            decision: request.decision_form(),
+            placement: request.placement_form(),
+            mapping_version: request.mapping_version.clone(),
+        });
         (self.rewrite)(&mut request);
         self.planner.plan(tonic::Request::new(request)).await
     }
@@ -331,8 +349,34 @@ async fn a_planner_under_another_mapping_gets_every_host_object() {
 }
 
 #[tokio::test]
+async fn the_client_asks_for_minimal_plans_alone() {
+    // The combination planner.proto recommends to a client that runs the mapping scheme:
+    // plan_form with the scheme's version, the decision and placement forms left unset.
+    let planner = Rewriting::new(|_| {});
+    let config = serve_planner(PlannerServer::new(planner.clone())).await;
+    let mut client = PlannerClient::connect(&config).await.unwrap();
+    let tenant = Tenant::new("current", Default::default());
+    let (objects, host) = with_a_large_host_set(&tenant, 10, 20);
+    let remote = client.plan(&tenant, None, &objects, &host).await.unwrap();
+    assert_eq!(
+        comparable(remote),
+        comparable(local(&tenant, None, &objects, &host))
+    );
+    assert_eq!(
+        *planner.forms.lock().unwrap(),
+        vec![AskedForms {
+            plan: PlanForm::Minimal,
+            decision: DecisionForm::Unspecified,
+            placement: PlacementForm::Unspecified,
+            mapping_version: tenant.mapping_version().to_string(),
+        }]
+    );
+}
+
+#[tokio::test]
 async fn a_planner_that_predates_minimal_plans_is_understood() {
-    // It ignores plan_form: it answers in the compact decision and derived placement forms.
+    // It ignores plan_form, and the client asks for nothing else: it answers in the standard
+    // form, with full decisions and placements.
     let planner = Rewriting::new(|request| request.plan_form = PlanForm::Unspecified.into());
     let config = serve_planner(PlannerServer::new(planner.clone())).await;
     let mut client = PlannerClient::connect(&config).await.unwrap();
@@ -343,8 +387,9 @@ async fn a_planner_that_predates_minimal_plans_is_understood() {
         comparable(remote),
         comparable(local(&tenant, None, &objects, &host))
     );
-    // Its placements were derived: the request was not sent again with every host object.
-    assert_eq!(*planner.host_objects.lock().unwrap(), vec![4]);
+    // Its placements were not derived under the client's mapping, so, as from a planner under
+    // another mapping, the request was sent again with every host object.
+    assert_eq!(*planner.host_objects.lock().unwrap(), vec![4, 24]);
 }
 
 #[tokio::test]

@@ -7,7 +7,11 @@
 //!
 //! - [`types::v1`]: shared messages (object identities, tenants, the `Decision` record);
 //! - [`planner::v1`]: the `Planner` service;
-//! - [`isolation::v1`]: the `IsolationCompiler` service.
+//! - [`isolation::v1`]: the `IsolationCompiler` service;
+//! - [`decisions::v1`]: the `DecisionLog` service.
+//!
+//! A server's reflection describes only the services it serves: [`file_descriptor_set_of`] cuts
+//! the descriptor set down to their files and what those import.
 
 #[allow(
     clippy::all,
@@ -21,7 +25,64 @@ mod generated {
 
 pub use generated::tenantplane::*;
 
-/// The encoded `FileDescriptorSet` of every tenantplane API and its imports, for server
-/// reflection (`tonic_reflection::server::Builder::register_encoded_file_descriptor_set`).
+/// The encoded `FileDescriptorSet` of every tenantplane API and its imports (with source
+/// comments), of which a server's reflection serves the part [`file_descriptor_set_of`] cuts.
 pub const FILE_DESCRIPTOR_SET: &[u8] =
     include_bytes!(concat!(env!("OUT_DIR"), "/tenantplane_descriptor.bin"));
+
+/// The encoded `FileDescriptorSet` of the files of [`FILE_DESCRIPTOR_SET`] that define
+/// `services` (full names, e.g. `tenantplane.planner.v1.Planner`), with every file they import,
+/// transitively: what the reflection of a server serving exactly those services describes. Each
+/// file is kept byte for byte; a name no file defines adds nothing.
+pub fn file_descriptor_set_of(services: &[&str]) -> Vec<u8> {
+    use prost::Message;
+
+    /// A `FileDescriptorSet` with its files left encoded (the same wire format).
+    #[derive(Clone, PartialEq, prost::Message)]
+    struct EncodedFiles {
+        #[prost(bytes = "vec", repeated, tag = "1")]
+        file: Vec<Vec<u8>>,
+    }
+
+    let set = EncodedFiles::decode(FILE_DESCRIPTOR_SET).expect("build.rs encodes a valid set");
+    let files: Vec<(prost_types::FileDescriptorProto, Vec<u8>)> = set
+        .file
+        .into_iter()
+        .map(|raw| {
+            let file = prost_types::FileDescriptorProto::decode(raw.as_slice())
+                .expect("build.rs encodes valid files");
+            (file, raw)
+        })
+        .collect();
+    let mut wanted: Vec<&str> = files
+        .iter()
+        .filter(|(file, _)| {
+            file.service.iter().any(|service| {
+                let name = format!("{}.{}", file.package(), service.name());
+                services.contains(&name.as_str())
+            })
+        })
+        .map(|(file, _)| file.name())
+        .collect();
+    let mut next = 0;
+    while let Some(name) = wanted.get(next) {
+        let (file, _) = files
+            .iter()
+            .find(|(file, _)| file.name() == *name)
+            .expect("the set holds every import (include_imports)");
+        for import in &file.dependency {
+            if !wanted.contains(&import.as_str()) {
+                wanted.push(import);
+            }
+        }
+        next += 1;
+    }
+    EncodedFiles {
+        file: files
+            .iter()
+            .filter(|(file, _)| wanted.contains(&file.name()))
+            .map(|(_, raw)| raw.clone())
+            .collect(),
+    }
+    .encode_to_vec()
+}

@@ -32,6 +32,34 @@ fn descriptor_set_holds_every_service_and_its_imports() {
 }
 
 #[test]
+fn a_servers_set_holds_its_services_files_and_their_imports_only() {
+    let files = |services: &[&str]| -> Vec<String> {
+        let set = tenantplane_proto::file_descriptor_set_of(services);
+        let set = FileDescriptorSet::decode(set.as_slice()).unwrap();
+        let mut names: Vec<String> = set.file.iter().map(|f| f.name().to_string()).collect();
+        names.sort();
+        names
+    };
+    assert_eq!(
+        files(&["tenantplane.planner.v1.Planner"]),
+        [
+            "google/protobuf/timestamp.proto",
+            "tenantplane/planner/v1/planner.proto",
+            "tenantplane/types/v1/types.proto",
+        ]
+    );
+    assert_eq!(
+        files(&["tenantplane.decisions.v1.DecisionLog"]),
+        [
+            "google/protobuf/timestamp.proto",
+            "tenantplane/decisions/v1/decisions.proto",
+            "tenantplane/types/v1/types.proto",
+        ]
+    );
+    assert!(files(&["grpc.health.v1.Health"]).is_empty());
+}
+
+#[test]
 fn every_enum_starts_with_unspecified() {
     let set = FileDescriptorSet::decode(tenantplane_proto::FILE_DESCRIPTOR_SET).unwrap();
     for file in set

@@ -181,15 +181,6 @@ impl Server {
                 .set_service_status(*name, ServingStatus::Serving)
                 .await;
         }
-        let reflection = || {
-            tonic_reflection::server::Builder::configure()
-                .register_encoded_file_descriptor_set(tenantplane_proto::FILE_DESCRIPTOR_SET)
-                .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-        };
-        let reflection_v1 = reflection().build_v1()?;
-        let reflection_v1alpha = reflection().build_v1alpha()?;
-
-        let mut registry = self.registry;
         let mut served: Vec<String> = api.services.iter().map(|s| s.to_string()).collect();
         served.extend(
             [
@@ -199,6 +190,26 @@ impl Server {
             ]
             .map(String::from),
         );
+        // Reflection lists and describes exactly the services served (and what they import).
+        let api_files = tenantplane_proto::file_descriptor_set_of(&api.services);
+        let reflection = || {
+            served.iter().fold(
+                tonic_reflection::server::Builder::configure()
+                    .register_encoded_file_descriptor_set(&api_files)
+                    .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+                    .register_encoded_file_descriptor_set(
+                        tonic_reflection::pb::v1::FILE_DESCRIPTOR_SET,
+                    )
+                    .register_encoded_file_descriptor_set(
+                        tonic_reflection::pb::v1alpha::FILE_DESCRIPTOR_SET,
+                    ),
+                |builder, name| builder.with_service_name(name),
+            )
+        };
+        let reflection_v1 = reflection().build_v1()?;
+        let reflection_v1alpha = reflection().build_v1alpha()?;
+
+        let mut registry = self.registry;
         let metrics = Arc::new(GrpcMetrics::new(&mut registry, served));
         let ready = Arc::new(AtomicBool::new(false));
 

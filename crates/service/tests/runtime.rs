@@ -4,9 +4,12 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use prost::Message;
+use prost_types::FileDescriptorProto;
 use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
 use tenantplane_client::{ClientConfig, ClientError, ClientTls, PlannerClient};
-use tenantplane_grpc::PlannerService;
+use tenantplane_decision_log::grpc::DecisionLogService;
+use tenantplane_grpc::{IsolationService, PlannerService};
 use tenantplane_service::{GrpcApi, Server};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -16,8 +19,9 @@ use tonic::transport::{Certificate, Identity, ServerTlsConfig};
 use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
+use tonic_reflection::pb::{v1, v1alpha};
 
-/// A running planner service: its addresses, the trigger of its shutdown and its task.
+/// A running service: its addresses, the trigger of its shutdown and its task.
 struct Running {
     grpc: SocketAddr,
     admin: SocketAddr,
@@ -26,11 +30,16 @@ struct Running {
 }
 
 async fn start(tls: Option<ServerTlsConfig>) -> Running {
+    let api = GrpcApi::new().with_service(PlannerService::new().into_server());
+    start_serving(api, tls).await
+}
+
+/// A server of `api` on loopback ports.
+async fn start_serving(api: GrpcApi, tls: Option<ServerTlsConfig>) -> Running {
     let loopback: SocketAddr = "127.0.0.1:0".parse().unwrap();
     let server = Server::bind(loopback, loopback, tls).await.unwrap();
     let (grpc, admin) = (server.grpc_addr(), server.admin_addr());
     let (stop, stopped) = oneshot::channel::<()>();
-    let api = GrpcApi::new().with_service(PlannerService::new().into_server());
     let task = tokio::spawn(server.serve(api, async {
         let _ = stopped.await;
     }));
@@ -84,50 +93,38 @@ async fn health_reports_serving_for_the_server_and_its_api() {
     assert_eq!(unknown.code(), tonic::Code::NotFound);
 }
 
-#[tokio::test]
-async fn reflection_lists_every_service_in_v1_and_v1alpha() {
-    use tonic_reflection::pb::{v1, v1alpha};
-    let running = start(None).await;
-    let expected = [
-        "grpc.health.v1.Health",
-        "tenantplane.planner.v1.Planner",
-        "tenantplane.isolation.v1.IsolationCompiler",
-    ];
+const PLANNER: &str = "tenantplane.planner.v1.Planner";
+const ISOLATION_COMPILER: &str = "tenantplane.isolation.v1.IsolationCompiler";
+const DECISION_LOG: &str = "tenantplane.decisions.v1.DecisionLog";
 
-    let mut client =
-        v1::server_reflection_client::ServerReflectionClient::new(channel(running.grpc).await);
+/// The answer to one server reflection (v1) request (tonic's reflection answers a symbol or
+/// file it does not have with a status that ends the stream).
+async fn reflect(
+    addr: SocketAddr,
+    request: v1::server_reflection_request::MessageRequest,
+) -> Result<v1::server_reflection_response::MessageResponse, tonic::Status> {
+    let mut client = v1::server_reflection_client::ServerReflectionClient::new(channel(addr).await);
     let request = v1::ServerReflectionRequest {
         host: String::new(),
-        message_request: Some(v1::server_reflection_request::MessageRequest::ListServices(
-            String::new(),
-        )),
+        message_request: Some(request),
     };
     let mut responses = client
         .server_reflection_info(tokio_stream::iter([request]))
-        .await
-        .unwrap()
+        .await?
         .into_inner();
-    let response = responses.message().await.unwrap().unwrap();
-    let Some(v1::server_reflection_response::MessageResponse::ListServicesResponse(list)) =
-        response.message_response
-    else {
-        panic!("{response:?}")
-    };
-    let names: Vec<_> = list.service.iter().map(|s| s.name.as_str()).collect();
-    for name in expected {
-        assert!(names.contains(&name), "{name} missing from {names:?}");
-    }
+    let response = responses.message().await?.expect("an answer");
+    Ok(response.message_response.expect("an answer"))
+}
 
-    // The symbol a grpcurl `describe` asks for resolves to its file.
+/// The services reflection v1alpha lists (grpcio-reflection, older grpcurl).
+async fn listed_v1alpha(addr: SocketAddr) -> Vec<String> {
+    use v1alpha::server_reflection_request::MessageRequest;
+    use v1alpha::server_reflection_response::MessageResponse;
     let mut client =
-        v1alpha::server_reflection_client::ServerReflectionClient::new(channel(running.grpc).await);
+        v1alpha::server_reflection_client::ServerReflectionClient::new(channel(addr).await);
     let request = v1alpha::ServerReflectionRequest {
         host: String::new(),
-        message_request: Some(
-            v1alpha::server_reflection_request::MessageRequest::FileContainingSymbol(
-                "tenantplane.planner.v1.Planner".into(),
-            ),
-        ),
+        message_request: Some(MessageRequest::ListServices(String::new())),
     };
     let mut responses = client
         .server_reflection_info(tokio_stream::iter([request]))
@@ -135,13 +132,130 @@ async fn reflection_lists_every_service_in_v1_and_v1alpha() {
         .unwrap()
         .into_inner();
     let response = responses.message().await.unwrap().unwrap();
-    assert!(
-        matches!(
-            response.message_response,
-            Some(v1alpha::server_reflection_response::MessageResponse::FileDescriptorResponse(_))
+    let Some(MessageResponse::ListServicesResponse(list)) = response.message_response else {
+        panic!("{response:?}")
+    };
+    sorted(list.service.into_iter().map(|s| s.name))
+}
+
+fn sorted(names: impl IntoIterator<Item = String>) -> Vec<String> {
+    let mut names: Vec<String> = names.into_iter().collect();
+    names.sort();
+    names
+}
+
+/// The files describing `symbol`, fetched as grpcurl's `describe` does: the file containing it,
+/// then each import by file name, transitively.
+async fn describe(
+    addr: SocketAddr,
+    symbol: &str,
+) -> Result<Vec<FileDescriptorProto>, tonic::Status> {
+    use v1::server_reflection_request::MessageRequest;
+    use v1::server_reflection_response::MessageResponse;
+    let mut request = MessageRequest::FileContainingSymbol(symbol.to_string());
+    let mut files: Vec<FileDescriptorProto> = Vec::new();
+    let mut pending: Vec<String> = Vec::new();
+    loop {
+        match reflect(addr, request).await? {
+            MessageResponse::FileDescriptorResponse(response) => {
+                for encoded in response.file_descriptor_proto {
+                    let file = FileDescriptorProto::decode(encoded.as_slice()).unwrap();
+                    pending.extend(file.dependency.iter().cloned());
+                    files.push(file);
+                }
+            }
+            MessageResponse::ErrorResponse(error) => {
+                return Err(tonic::Status::new(
+                    error.error_code.into(),
+                    error.error_message,
+                ));
+            }
+            other => panic!("{other:?}"),
+        }
+        pending.retain(|name| !files.iter().any(|f| f.name() == name));
+        let Some(next) = pending.pop() else {
+            return Ok(files);
+        };
+        request = MessageRequest::FileByFilename(next);
+    }
+}
+
+#[tokio::test]
+async fn reflection_lists_and_describes_exactly_the_services_served() {
+    use v1::server_reflection_request::MessageRequest;
+    use v1::server_reflection_response::MessageResponse;
+    let log = tempfile::tempdir().unwrap();
+    let url = format!("sqlite:{}", log.path().join("decisions.db").display());
+    let store = tenantplane_decision_log::open(&url).await.unwrap();
+    let servers = [
+        (
+            PLANNER,
+            GrpcApi::new().with_service(PlannerService::new().into_server()),
         ),
-        "{response:?}"
-    );
+        (
+            ISOLATION_COMPILER,
+            GrpcApi::new().with_service(IsolationService::new(Default::default()).into_server()),
+        ),
+        (
+            DECISION_LOG,
+            GrpcApi::new().with_service(DecisionLogService::new(store).into_server()),
+        ),
+    ];
+    for (served, api) in servers {
+        let running = start_serving(api, None).await;
+        let expected = sorted(
+            [
+                served,
+                "grpc.health.v1.Health",
+                "grpc.reflection.v1.ServerReflection",
+                "grpc.reflection.v1alpha.ServerReflection",
+            ]
+            .map(String::from),
+        );
+        let MessageResponse::ListServicesResponse(list) =
+            reflect(running.grpc, MessageRequest::ListServices(String::new()))
+                .await
+                .unwrap()
+        else {
+            panic!("no service list")
+        };
+        assert_eq!(sorted(list.service.into_iter().map(|s| s.name)), expected);
+        assert_eq!(listed_v1alpha(running.grpc).await, expected);
+
+        // Each listed service is described, with every file it imports.
+        for service in &expected {
+            let files = describe(running.grpc, service)
+                .await
+                .unwrap_or_else(|e| panic!("{service} on the {served} server: {e:?}"));
+            let defined = files.iter().any(|f| {
+                f.service
+                    .iter()
+                    .any(|s| format!("{}.{}", f.package(), s.name()) == *service)
+            });
+            assert!(defined, "{service} is in none of {files:?}");
+        }
+        let files = describe(running.grpc, served).await.unwrap();
+        assert!(
+            files
+                .iter()
+                .any(|f| f.name() == "tenantplane/types/v1/types.proto"),
+            "{served}: the shared messages are resolved"
+        );
+
+        // What the server does not serve is not described either.
+        for other in [PLANNER, ISOLATION_COMPILER, DECISION_LOG] {
+            if other != served {
+                let error = describe(running.grpc, other).await.unwrap_err();
+                assert_eq!(
+                    error.code(),
+                    tonic::Code::NotFound,
+                    "{other} on the {served} server: {error:?}"
+                );
+            }
+        }
+        running.stop.send(()).unwrap();
+        running.task.await.unwrap().unwrap();
+    }
 }
 
 #[tokio::test]

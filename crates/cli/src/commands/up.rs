@@ -5,7 +5,8 @@
 //! user's kubeconfigs when given, and otherwise starts a local API server for the host and one
 //! for a demo tenant (test and demo infrastructure, persisted in the data directory). Applies the
 //! CRDs and the examples, then prints every decision as the syncer records it, until Ctrl-C or
-//! SIGTERM stops everything.
+//! SIGTERM stops everything. A service that exits is restarted ([`supervise`]); the decisions
+//! printed resume after the last one shown when the syncer comes back.
 //!
 //! ```text
 //!  tenantplane up ──spawn──▶ service planner             127.0.0.1:BASE+1  (admin +2)
@@ -21,8 +22,9 @@
 //! `workloads/` goes to the tenant control plane. Each Tenant's kubeconfig Secret is written
 //! with the tenant cluster's kubeconfig.
 
+use std::convert::Infallible;
 use std::path::{Path, PathBuf};
-use std::process::{ExitCode, Stdio};
+use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
@@ -31,27 +33,24 @@ use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::config::Kubeconfig;
 use kube::core::GroupVersionKind;
-use nix::sys::signal::{Signal, kill};
-use nix::unistd::Pid;
 use serde_json::{Value, json};
 use tenantplane_api::tenant::Tenant;
 use tenantplane_core::documents::Origin;
 use tenantplane_local_apiserver::LocalApiServer;
 use tenantplane_proto::decisions::v1 as pb;
 use tenantplane_proto::decisions::v1::decision_log_client::DecisionLogClient;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::process::{Child, Command};
 
 use super::decisions::{Format, Printer};
 use crate::host_cluster;
+use supervise::{ServiceSpec, Supervisor};
 use tenantplane_decision_log::grpc::entry_from_proto;
+
+mod supervise;
 
 /// The field manager of what `up` applies.
 const FIELD_MANAGER: &str = "tenantplane-up";
-/// How long the services get to become ready.
-const READY_TIMEOUT: Duration = Duration::from_secs(60);
-/// How long each service gets to stop after SIGTERM before it is killed.
-const STOP_GRACE: Duration = Duration::from_secs(15);
+/// How long `up` waits before watching the syncer's decisions again after its stream broke.
+const RECONNECT_PAUSE: Duration = Duration::from_millis(200);
 
 /// Arguments of `tenantplane up`.
 #[derive(Debug, clap::Args)]
@@ -160,25 +159,34 @@ async fn run_async(args: &Args) -> anyhow::Result<ExitCode> {
     let log_url = format!("sqlite:{}", data.join("decisions.db").display());
     let head = log_head(&log_url).await?;
     let exe = std::env::current_exe().context("finding this executable")?;
-    let mut services = Vec::new();
-    for (name, flags) in [
-        (
+    let service = |name, admin, flags: Vec<String>| ServiceSpec {
+        name,
+        exe: exe.clone(),
+        flags,
+        admin: ports.addr(admin),
+        log: data.join("logs").join(format!("{name}.log")),
+    };
+    let mut services = Supervisor::start(vec![
+        service(
             "planner",
+            2,
             vec![
                 format!("--grpc-addr={}", ports.addr(1)),
                 format!("--admin-addr={}", ports.addr(2)),
             ],
         ),
-        (
+        service(
             "isolation-compiler",
+            12,
             vec![
                 format!("--grpc-addr={}", ports.addr(11)),
                 format!("--admin-addr={}", ports.addr(12)),
                 format!("--syncer-username={syncer_username}"),
             ],
         ),
-        (
+        service(
             "syncer",
+            22,
             vec![
                 format!("--grpc-addr={}", ports.addr(21)),
                 format!("--admin-addr={}", ports.addr(22)),
@@ -188,15 +196,10 @@ async fn run_async(args: &Args) -> anyhow::Result<ExitCode> {
                 format!("--decision-log={log_url}"),
             ],
         ),
-    ] {
-        services.push(Service::spawn(&exe, name, &flags, &data)?);
-    }
+    ]);
     let outcome = supervise(args, &ports, &data, &host, &tenant, &mut services, head).await;
 
-    // Stop in reverse order: the syncer first, so nothing is planned without a planner.
-    for service in services.iter_mut().rev() {
-        service.stop().await;
-    }
+    services.stop().await;
     for server in local_servers {
         server.shutdown().await?;
     }
@@ -205,160 +208,74 @@ async fn run_async(args: &Args) -> anyhow::Result<ExitCode> {
 }
 
 /// Waits for the services, applies the demo, and prints decisions until a signal or a service
-/// exits.
+/// is given up.
 async fn supervise(
     args: &Args,
     ports: &Ports,
     data: &Path,
     host: &kube::Client,
     tenant: &kube::Client,
-    services: &mut [Service],
+    services: &mut Supervisor,
     head: u64,
 ) -> anyhow::Result<ExitCode> {
-    let names: Vec<String> = services.iter().map(|s| s.name.clone()).collect();
-    let ready = async {
-        for (name, admin) in names.iter().zip([2, 12, 22]) {
-            wait_ready(name, &ports.addr(admin)).await?;
-        }
-        anyhow::Ok(())
-    };
-    tokio::select! {
-        r = ready => r?,
-        exited = first_exit(services) => return Err(exited),
-    }
+    services.ready().await?;
     if !args.no_demo {
         apply_examples(&args.examples, host, tenant, data).await?;
     }
     print_banner(ports, data);
-
-    let mut log = DecisionLogClient::connect(format!("http://{}", ports.addr(21)))
-        .await
-        .context("connecting to the syncer's DecisionLog service")?;
-    let mut stream = log
-        .watch(pb::WatchRequest {
-            filter: None,
-            start: Some(pb::watch_request::Start::AfterSequence(head)),
-        })
-        .await?
-        .into_inner();
-    let mut printer = Printer::new(Format::Table);
-    let follow = async {
-        while let Some(entry) = stream.next().await {
-            printer.print(&entry_from_proto(&entry?)?)?;
-        }
-        anyhow::Ok(())
-    };
+    let syncer = format!("http://{}", ports.addr(21));
     tokio::select! {
-        followed = follow => {
-            followed?;
-            bail!("the syncer ended the decision stream")
-        }
-        exited = first_exit(services) => Err(exited),
+        followed = follow_decisions(&syncer, head) => followed.map(|never| match never {}),
+        e = services.given_up() => Err(e),
         () = shutdown_signal() => Ok(ExitCode::SUCCESS),
     }
 }
 
-/// A service process.
-struct Service {
-    name: String,
-    child: Child,
-    log: PathBuf,
-}
-
-impl Service {
-    fn spawn(exe: &Path, name: &str, flags: &[String], data: &Path) -> anyhow::Result<Service> {
-        let log = data.join("logs").join(format!("{name}.log"));
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&log)
-            .with_context(|| format!("opening {}", log.display()))?;
-        let child = Command::new(exe)
-            .arg("service")
-            .arg(name)
-            .args(flags)
-            .stdin(Stdio::null())
-            .stdout(file.try_clone()?)
-            .stderr(file)
-            .kill_on_drop(true)
-            .spawn()
-            .with_context(|| format!("starting the {name} service"))?;
-        Ok(Service {
-            name: name.to_string(),
-            child,
-            log,
-        })
-    }
-
-    /// SIGTERM, then SIGKILL after the grace period.
-    async fn stop(&mut self) {
-        if let Some(pid) = self.child.id() {
-            let _ = kill(Pid::from_raw(pid as i32), Signal::SIGTERM);
-        }
-        if tokio::time::timeout(STOP_GRACE, self.child.wait())
-            .await
-            .is_err()
-        {
-            eprintln!(
-                "tenantplane up: {} did not stop within {}s; killing it",
-                self.name,
-                STOP_GRACE.as_secs()
-            );
-            let _ = self.child.kill().await;
-        }
-    }
-}
-
-/// Resolves with an error naming the first service that exits.
-async fn first_exit(services: &mut [Service]) -> anyhow::Error {
-    let waits = services.iter_mut().map(|s| {
-        Box::pin(async move {
-            let status = s.child.wait().await;
-            let tail = std::fs::read_to_string(&s.log)
-                .map(|text| {
-                    let lines: Vec<&str> = text.lines().collect();
-                    lines[lines.len().saturating_sub(10)..].join("\n")
-                })
-                .unwrap_or_default();
-            anyhow::anyhow!(
-                "the {} service exited ({}); last lines of {}:\n{tail}",
-                s.name,
-                status.map_or_else(|e| e.to_string(), |s| s.to_string()),
-                s.log.display()
-            )
-        })
-    });
-    futures::future::select_all(waits).await.0
-}
-
-/// Polls `GET /ready` on a service's admin port until it answers 200.
-async fn wait_ready(name: &str, admin: &str) -> anyhow::Result<()> {
-    let deadline = tokio::time::Instant::now() + READY_TIMEOUT;
+/// Prints each decision the syncer records after sequence `after`, resuming after the last one
+/// printed whenever the syncer's stream breaks (the syncer restarting); returns only on an
+/// error that another attempt would not mend.
+async fn follow_decisions(syncer: &str, mut after: u64) -> anyhow::Result<Infallible> {
+    let mut printer = Printer::new(Format::Table);
     loop {
-        if http_status(admin, "/ready").await == Some(200) {
-            return Ok(());
+        let stream = async {
+            let mut log = DecisionLogClient::connect(syncer.to_string()).await.ok()?;
+            let request = pb::WatchRequest {
+                filter: None,
+                start: Some(pb::watch_request::Start::AfterSequence(after)),
+            };
+            Some(log.watch(request).await.map(tonic::Response::into_inner))
+        };
+        match stream.await {
+            // Not listening (yet): the syncer is restarting.
+            None => {}
+            Some(Err(status)) if !transient(&status) => {
+                return Err(status).context("watching the syncer's decisions");
+            }
+            Some(Err(_)) => {}
+            Some(Ok(mut stream)) => loop {
+                match stream.next().await {
+                    Some(Ok(entry)) => {
+                        printer.print(&entry_from_proto(&entry)?)?;
+                        after = entry.sequence;
+                    }
+                    Some(Err(status)) if !transient(&status) => {
+                        return Err(status).context("watching the syncer's decisions");
+                    }
+                    // The stream broke or ended: the syncer stopped.
+                    Some(Err(_)) | None => break,
+                }
+            },
         }
-        if tokio::time::Instant::now() > deadline {
-            bail!(
-                "the {name} service was not ready within {}s (GET http://{admin}/ready)",
-                READY_TIMEOUT.as_secs()
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        tokio::time::sleep(RECONNECT_PAUSE).await;
     }
 }
 
-/// The status code of a plain HTTP/1.0 GET, if the server answers.
-async fn http_status(addr: &str, path: &str) -> Option<u16> {
-    let mut stream = tokio::net::TcpStream::connect(addr).await.ok()?;
-    stream
-        .write_all(format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes())
-        .await
-        .ok()?;
-    let mut response = Vec::new();
-    stream.read_to_end(&mut response).await.ok()?;
-    let status_line = String::from_utf8_lossy(&response);
-    status_line.split_whitespace().nth(1)?.parse().ok()
+/// Whether a status is what a syncer that stops or restarts makes a watch end with.
+fn transient(status: &tonic::Status) -> bool {
+    matches!(
+        status.code(),
+        tonic::Code::Unavailable | tonic::Code::Unknown | tonic::Code::Cancelled
+    )
 }
 
 /// Resolves on SIGTERM or Ctrl-C.

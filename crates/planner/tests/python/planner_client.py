@@ -19,6 +19,13 @@ from grpc_reflection.v1alpha.proto_reflection_descriptor_database import (
 from grpc_status import rpc_status
 
 PLANNER = "tenantplane.planner.v1.Planner"
+# What the planner serves: its API, health and reflection, and nothing else.
+SERVED = {
+    PLANNER,
+    "grpc.health.v1.Health",
+    "grpc.reflection.v1.ServerReflection",
+    "grpc.reflection.v1alpha.ServerReflection",
+}
 
 
 def main(address):
@@ -31,7 +38,7 @@ def main(address):
 
     database = ProtoReflectionDescriptorDatabase(channel)
     services = database.get_services()
-    assert PLANNER in services, services
+    assert set(services) == SERVED, services
     pool = DescriptorPool(database)
 
     def rpc(name):
@@ -46,6 +53,9 @@ def main(address):
         return request, call
 
     outcome = pool.FindEnumTypeByName("tenantplane.types.v1.Outcome")
+    plan_form = pool.FindEnumTypeByName("tenantplane.planner.v1.PlanForm")
+    decision_form = pool.FindEnumTypeByName("tenantplane.planner.v1.DecisionForm")
+    placement_form = pool.FindEnumTypeByName("tenantplane.planner.v1.PlacementForm")
 
     Version, get_version = rpc("GetVersion")
     version = get_version(Version(), timeout=10)
@@ -55,6 +65,9 @@ def main(address):
     request = PlanRequest()
     request.tenant.name = "acme"
     request.tenant.host_namespace = "tenant-acme"
+    # A client that reads the answer as it comes asks for complete plans, with plan_form alone
+    # (the recommendation on PlanForm in planner.proto).
+    request.plan_form = plan_form.values_by_name["PLAN_FORM_STANDARD"].number
     objects = [
         {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "web", "namespace": "shop"}},
         {
@@ -66,12 +79,20 @@ def main(address):
     ]
     request.objects.extend(json.dumps(o).encode() for o in objects)
     response = plan(request, timeout=10)
+    forms = (
+        plan_form.values_by_number[response.plan_form].name,
+        decision_form.values_by_number[response.decision_form].name,
+        placement_form.values_by_number[response.placement_form].name,
+    )
+    assert forms == ("PLAN_FORM_STANDARD", "DECISION_FORM_FULL", "PLACEMENT_FORM_FULL"), forms
     names = [outcome.values_by_number[p.outcome].name for p in response.plans]
     assert names == ["OUTCOME_SYNCED", "OUTCOME_REJECTED"], names
     synced = response.plans[0]
     assert synced.placement.target.namespace == "tenant-acme", synced
     assert synced.placement.target.name == "web-x-shop", synced
     assert synced.decision.component == "tenantplane-planner", synced.decision
+    assert synced.decision.target.name == "web-x-shop", synced.decision
+    assert synced.placement.labels["tenantplane.io/tenant"] == "acme", synced.placement
     assert response.plans[1].verdict.field_path == "spec.hostNetwork", response.plans[1]
 
     request.objects.append(json.dumps({"apiVersion": "v1", "kind": "Pod", "metadata": {}}).encode())
