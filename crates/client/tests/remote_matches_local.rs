@@ -701,9 +701,9 @@ async fn placements_are_derived_and_plans_minimal_only_under_the_planners_mappin
     let mut raw = RawPlannerClient::new(tenantplane_client::connect(&config).await.unwrap());
     let tenant: Tenant = serde_norway::from_str(&example("tenant.yaml")).unwrap();
     let objects = objects_with_a_resource_version();
-    // The example Tenant is a new one: its scheme is v2, and no other value is granted.
-    assert_eq!(tenant.mapping_version().as_str(), "v2");
-    for mapping_version in ["", "v0", "v1"] {
+    // The example Tenant's scheme is v1, and no other value is granted.
+    assert_eq!(tenant.mapping_version().as_str(), "v1");
+    for mapping_version in ["", "v0", "v2"] {
         let answer = raw
             .plan(PlanRequest {
                 placement_form: PlacementForm::Derived.into(),
