@@ -212,6 +212,9 @@ impl Drop for TenantRuntime {
     }
 }
 
+/// A tenant object's (namespace, name).
+type SourceName = (String, String);
+
 /// Per-tenant state the workers share.
 struct Worker {
     shared: Arc<Shared>,
@@ -225,7 +228,7 @@ struct Worker {
     referenced: Vec<(ApiResource, Store<DynamicObject>)>,
     /// Under mapping v1: the (namespace, name) of tenant objects by (kind, host name), as seen
     /// by the tenant watches; entries are checked against the stores when read.
-    sharing: Mutex<HashMap<(usize, String), BTreeSet<(String, String)>>>,
+    sharing: Mutex<HashMap<(usize, String), BTreeSet<SourceName>>>,
     queue: Arc<crate::queue::WorkQueue<Key>>,
     recorder: DecisionRecorder,
     tenant_client: Client,
