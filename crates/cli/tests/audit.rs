@@ -44,6 +44,7 @@ fn decision(i: usize) -> Decision {
         component_version: "0".into(),
         trace_id: None,
         span_id: None,
+        closes: None,
     }
 }
 

@@ -198,6 +198,10 @@ impl Printer {
                 let d = &e.decision;
                 let [subject, host, rule] = table_columns(d);
                 let trace_id = d.trace_id.as_deref().unwrap_or("-");
+                let reason = match &d.closes {
+                    Some(closed) => format!("{} (closes {closed})", d.reason),
+                    None => d.reason.clone(),
+                };
                 let link = self
                     .trace_url
                     .link_opt(d.trace_id.as_deref())
@@ -212,7 +216,7 @@ impl Printer {
                     host,
                     rule,
                     trace_id,
-                    d.reason,
+                    reason,
                     link
                 );
             }
