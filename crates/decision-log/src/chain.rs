@@ -441,22 +441,22 @@ pub enum Break {
     /// A signed checkpoint's signature does not hold.
     CheckpointSignature {
         /// The checkpoint.
-        checkpoint: SignedCheckpoint,
+        checkpoint: Box<SignedCheckpoint>,
         /// What is wrong with its signature.
         problem: SignatureProblem,
     },
     /// Two signed checkpoints contradict each other: the log went back between them.
     CheckpointsDisagree {
         /// The one signed first.
-        earlier: SignedCheckpoint,
+        earlier: Box<SignedCheckpoint>,
         /// The one signed after it.
-        later: SignedCheckpoint,
+        later: Box<SignedCheckpoint>,
     },
     /// A link differs from what a signed checkpoint says of it: the chain was rewritten at or
     /// before it and its hashes recomputed.
     CheckpointMismatch {
         /// The checkpoint.
-        checkpoint: SignedCheckpoint,
+        checkpoint: Box<SignedCheckpoint>,
         /// The hash the link has now.
         found: String,
     },
@@ -466,7 +466,7 @@ pub enum Break {
         /// The last link of the chain.
         last: u64,
         /// The checkpoint covering the furthest link.
-        checkpoint: SignedCheckpoint,
+        checkpoint: Box<SignedCheckpoint>,
     },
 }
 
@@ -680,12 +680,12 @@ impl Verifier {
             .find_map(|c| c.check_signature(keys).err().map(|p| (c, p)))
         {
             self.report.first_break = Some(Break::CheckpointSignature {
-                checkpoint: c.clone(),
+                checkpoint: Box::new(c.clone()),
                 problem,
             });
             return self;
         }
-        signed.sort_by(|a, b| (a.time, a.sequence).cmp(&(b.time, b.sequence)));
+        signed.sort_by_key(|c| (c.time, c.sequence));
         let mut furthest: Option<&SignedCheckpoint> = None;
         let mut by_sequence: std::collections::HashMap<u64, &SignedCheckpoint> = Default::default();
         for c in &signed {
@@ -693,8 +693,8 @@ impl Verifier {
             let forked = by_sequence.get(&c.sequence).filter(|o| o.hash != c.hash);
             if let Some(earlier) = went_back.or(forked.copied()) {
                 self.report.first_break = Some(Break::CheckpointsDisagree {
-                    earlier: earlier.clone(),
-                    later: c.clone(),
+                    earlier: Box::new(earlier.clone()),
+                    later: Box::new(c.clone()),
                 });
                 return self;
             }
@@ -705,7 +705,7 @@ impl Verifier {
         }
         // One per link (they agree), furthest first; those at or before where verification
         // starts are met now.
-        signed.sort_by(|a, b| b.sequence.cmp(&a.sequence));
+        signed.sort_by_key(|c| std::cmp::Reverse(c.sequence));
         signed.dedup_by_key(|c| c.sequence);
         self.signed = signed;
         while let Some(c) = self.signed.last() {
@@ -731,7 +731,7 @@ impl Verifier {
             self.report.last_signed = Some(checkpoint);
         } else {
             self.report.first_break = Some(Break::CheckpointMismatch {
-                checkpoint,
+                checkpoint: Box::new(checkpoint),
                 found: found.to_string(),
             });
         }
@@ -835,7 +835,7 @@ impl Verifier {
         } else if let Some(furthest) = self.signed.first() {
             self.report.first_break = Some(Break::TailMissing {
                 last: self.report.head.sequence,
-                checkpoint: furthest.clone(),
+                checkpoint: Box::new(furthest.clone()),
             });
         }
         self.report

@@ -585,9 +585,9 @@ fn chain_and_insert(
     let mut appended = Vec::with_capacity(records.len());
     for chunk in records.chunks(CHAIN_CHUNK) {
         let batch = sql::chain_batch(head, chunk);
-        for i in 0..batch.len() {
+        for (i, record) in chunk.iter().enumerate() {
             insert.execute(params_from_iter(batch.row(i)))?;
-            match sql::action_change(&chunk[i]) {
+            match sql::action_change(record) {
                 Some(sql::ActionChange::Open(tenant)) => {
                     let seq = sql::to_i64(batch.appended[i].sequence);
                     conn.prepare_cached(sql::OPEN_ACTION)?

@@ -323,7 +323,7 @@ fn add_checkpoints(path: &std::path::Path, added: Vec<SignedCheckpoint>) -> anyh
             all.push(c);
         }
     }
-    all.sort_by(|a, b| (a.time, a.sequence).cmp(&(b.time, b.sequence)));
+    all.sort_by_key(|c| (c.time, c.sequence));
     std::fs::write(path, signed::to_jsonl(&all)?)
         .with_context(|| format!("writing {}", path.display()))?;
     Ok(all.len())
