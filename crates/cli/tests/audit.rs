@@ -281,3 +281,61 @@ fn audit_verify_checks_signed_checkpoints_offline() {
         "{o:?}"
     );
 }
+
+#[test]
+fn decisions_show_what_closes_a_recorded_action_and_what_is_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("decisions.db");
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let (create, other) = (decision(1), decision(3));
+    let mut closing = decision(1);
+    closing.outcome = Outcome::Failed;
+    closing.reason = "NotCarriedOut".into();
+    closing.closes = Some(create.id.clone());
+    runtime.block_on(async {
+        let store = tenantplane_decision_log::open(&db.display().to_string())
+            .await
+            .unwrap();
+        store
+            .append_batch(vec![create.clone(), other.clone(), closing])
+            .await
+            .unwrap();
+    });
+    let db = db.display().to_string();
+    let table = stdout(&tenantplane(&["decisions", "--db", &db]));
+    assert!(
+        table.contains(&format!("NotCarriedOut (closes {})", create.id)),
+        "{table}"
+    );
+    // The create is closed; the other one (tenant-1) is still open.
+    let open = stdout(&tenantplane(&[
+        "decisions",
+        "--db",
+        &db,
+        "--open",
+        "-o",
+        "json",
+    ]));
+    let ids: Vec<String> = open
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).unwrap()["decision"]["id"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    assert_eq!(ids, vec![other.id.clone()], "{open}");
+    let none = stdout(&tenantplane(&[
+        "decisions",
+        "--db",
+        &db,
+        "--open",
+        "--tenant",
+        "tenant-0",
+    ]));
+    assert_eq!(none.trim(), "no open host actions");
+}
