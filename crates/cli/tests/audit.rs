@@ -44,6 +44,7 @@ fn decision(i: usize) -> Decision {
         component_version: "0".into(),
         trace_id: None,
         span_id: None,
+        closes: None,
     }
 }
 
@@ -161,4 +162,180 @@ fn decisions_filters_a_sqlite_log() {
     assert!(text.starts_with("SEQ"), "{text}");
     assert_eq!(text.lines().count(), 2, "{text}");
     assert!(text.contains("tenant-1/web-5-x-default"), "{text}");
+}
+
+/// Signs the head of the log at `path` with the private key file `key` and adds it to the
+/// checkpoints file `out`, as the syncer publishes and `audit checkpoints` keeps them.
+fn sign_head(path: &Path, key: &Path, out: &Path) {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        use tenantplane_decision_log::signed;
+        let store = tenantplane_decision_log::open(&path.display().to_string())
+            .await
+            .unwrap();
+        let key = signed::signing_key(&std::fs::read(key).unwrap(), "key").unwrap();
+        let head = store.head().await.unwrap();
+        let c =
+            tenantplane_decision_log::SignedCheckpoint::sign(&key, "test", &head, Timestamp::now());
+        let mut all = std::fs::read_to_string(out).unwrap_or_default();
+        all.push_str(&signed::to_jsonl(&[c]).unwrap());
+        std::fs::write(out, all).unwrap();
+    });
+}
+
+#[test]
+fn audit_verify_checks_signed_checkpoints_offline() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("decisions.db");
+    let (key, public, checkpoints, export) = (
+        dir.path().join("checkpoint.key"),
+        dir.path().join("checkpoint.pub"),
+        dir.path().join("checkpoints.jsonl"),
+        dir.path().join("log.jsonl"),
+    );
+    let s = |p: &Path| p.display().to_string();
+    let o = tenantplane(&[
+        "audit",
+        "keygen",
+        "--private-key",
+        &s(&key),
+        "--public-key",
+        &s(&public),
+    ]);
+    assert!(o.status.success(), "{o:?}");
+    let again = tenantplane(&[
+        "audit",
+        "keygen",
+        "--private-key",
+        &s(&key),
+        "--public-key",
+        &s(&public),
+    ]);
+    assert!(
+        !again.status.success(),
+        "an existing key is never overwritten"
+    );
+
+    make_log(&db, 20);
+    sign_head(&db, &key, &checkpoints);
+    let o = tenantplane(&["audit", "export", "--db", &s(&db), "-f", &s(&export)]);
+    assert!(o.status.success(), "{o:?}");
+    let verify = |file: &Path| {
+        tenantplane(&[
+            "audit",
+            "verify",
+            "--file",
+            &s(file),
+            "--checkpoints",
+            &s(&checkpoints),
+            "--public-key",
+            &s(&public),
+        ])
+    };
+    let ok = verify(&export);
+    assert!(ok.status.success(), "{ok:?}");
+    assert!(
+        stdout(&ok).contains("1 signed checkpoints matched") && stdout(&ok).contains("at link 20"),
+        "{}",
+        stdout(&ok)
+    );
+
+    // The export cut short at link 15, its Head line rewritten to match.
+    let text = std::fs::read_to_string(&export).unwrap();
+    let mut cut = String::new();
+    for line in text.lines() {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        cut.push_str(line);
+        cut.push('\n');
+        if v["kind"] == "Link" && v["sequence"] == 15 {
+            let head = serde_json::json!({"kind": "Head", "sequence": 15, "hash": v["hash"]});
+            cut.push_str(&format!("{head}\n"));
+            break;
+        }
+    }
+    let truncated = dir.path().join("truncated.jsonl");
+    std::fs::write(&truncated, cut).unwrap();
+    let broken = verify(&truncated);
+    assert_eq!(broken.status.code(), Some(1), "{broken:?}");
+    assert!(
+        stdout(&broken).contains("5 links were removed from the tail"),
+        "{}",
+        stdout(&broken)
+    );
+
+    // Checkpoints without the public key that signed them are refused, not ignored.
+    let o = tenantplane(&[
+        "audit",
+        "verify",
+        "--file",
+        &s(&export),
+        "--checkpoints",
+        &s(&checkpoints),
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{o:?}");
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("--public-key"),
+        "{o:?}"
+    );
+}
+
+#[test]
+fn decisions_show_what_closes_a_recorded_action_and_what_is_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("decisions.db");
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let (create, other) = (decision(1), decision(3));
+    let mut closing = decision(1);
+    closing.outcome = Outcome::Failed;
+    closing.reason = "NotCarriedOut".into();
+    closing.closes = Some(create.id.clone());
+    runtime.block_on(async {
+        let store = tenantplane_decision_log::open(&db.display().to_string())
+            .await
+            .unwrap();
+        store
+            .append_batch(vec![create.clone(), other.clone(), closing])
+            .await
+            .unwrap();
+    });
+    let db = db.display().to_string();
+    let table = stdout(&tenantplane(&["decisions", "--db", &db]));
+    assert!(
+        table.contains(&format!("NotCarriedOut (closes {})", create.id)),
+        "{table}"
+    );
+    // The create is closed; the other one (tenant-1) is still open.
+    let open = stdout(&tenantplane(&[
+        "decisions",
+        "--db",
+        &db,
+        "--open",
+        "-o",
+        "json",
+    ]));
+    let ids: Vec<String> = open
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).unwrap()["decision"]["id"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    assert_eq!(ids, vec![other.id.clone()], "{open}");
+    let none = stdout(&tenantplane(&[
+        "decisions",
+        "--db",
+        &db,
+        "--open",
+        "--tenant",
+        "tenant-0",
+    ]));
+    assert_eq!(none.trim(), "no open host actions");
 }

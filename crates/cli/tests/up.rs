@@ -208,6 +208,22 @@ async fn up_converges_the_demo_and_the_other_commands_explain_it() {
     )
     .await;
     assert!(ok, "{verify}");
+    // ... against the checkpoints the syncer signs with the key up made and publishes in the
+    // host cluster.
+    let (ok, verify) = output(
+        tenantplane()
+            .env("KUBECONFIG", data.path().join("host.kubeconfig"))
+            .args(["audit", "verify", "--checkpoints-from-cluster", "--db"])
+            .arg(data.path().join("decisions.db"))
+            .arg("--public-key")
+            .arg(data.path().join("checkpoint.pub")),
+    )
+    .await;
+    assert!(ok, "{verify}");
+    assert!(
+        verify.contains("signed checkpoints matched") && !verify.contains(" 0 signed checkpoints"),
+        "{verify}"
+    );
 
     // SIGTERM stops up and every service it started.
     stop(&mut up, base).await;

@@ -224,6 +224,30 @@ pub struct Decision {
     /// Span id of the decision span, when traced.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub span_id: Option<String>,
+    /// The decision this one closes: a recorded host action (create, update, delete) that was
+    /// not carried out (its write failed or was refused, or the syncer stopped before making
+    /// it). The closing decision says why in its reason ([`NOT_CARRIED_OUT_REASONS`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub closes: Option<String>,
+}
+
+/// The reasons of decisions that close a recorded host action that was not carried out: the
+/// write failed (it is retried), changed host state refused its precondition (decided again),
+/// the host API server refused it for its content, or the syncer stopped between recording the
+/// decision and making the write (found at the next start).
+pub const NOT_CARRIED_OUT_REASONS: [&str; 4] = [
+    "HostWriteFailed",
+    "HostObjectChanged",
+    "HostRefused",
+    "NotCarriedOut",
+];
+
+impl Decision {
+    /// Whether the decision records a host action (create, update or delete) to be carried
+    /// out: one that is open until its write is confirmed or a later decision closes it.
+    pub fn opens_action(&self) -> bool {
+        self.action != HostAction::None && self.closes.is_none()
+    }
 }
 
 /// Who takes a decision, when, and under which trace: what the pure plan does not know.

@@ -395,6 +395,7 @@ impl Plan {
             component_version: stamp.component_version,
             trace_id: stamp.trace_id,
             span_id: stamp.span_id,
+            closes: None,
         }
     }
 }

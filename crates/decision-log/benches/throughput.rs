@@ -6,8 +6,8 @@
 //! cargo bench -p tenantplane-decision-log --bench throughput -- [--records N] [--callers N] [--url URL]
 //! ```
 //!
-//! Defaults: 1,000,000 records, 512 concurrent callers each awaiting its own `append` (as syncer
-//! workers do), a fresh SQLite file in a temporary directory. `--url postgres://...` measures
+//! Defaults: 1,000,000 records, 512 concurrent callers each awaiting its own `append` and then
+//! confirming its host action carried out (as syncer workers do), a fresh SQLite file in a temporary directory. `--url postgres://...` measures
 //! a PostgreSQL database instead (it should be empty). Prints one line per figure; for SQLite
 //! also the CPU per append of the writer, checkpointer and durability threads and the WAL
 //! file's size.
@@ -123,10 +123,13 @@ async fn main() {
                     if i >= records {
                         return;
                     }
-                    appender
+                    // Every decision here records a host action (an update): confirmed once
+                    // "written", as the syncer confirms its writes.
+                    let appended = appender
                         .append(common::decision(i, 100))
                         .await
                         .expect("append");
+                    appender.carried_out(appended.sequence);
                 }
             })
         })

@@ -7,11 +7,15 @@
 //! wait for. The task gathers the next batch as soon as the store has committed one
 //! ([`DecisionStore::append_records_pipelined`]); that batch's callers are answered when it is
 //! durable (for SQLite, after the fsync that runs while the next batch commits).
+//!
+//! [`Appender::carried_out`] confirms that a decision's host action was carried out; the task
+//! hands the confirmations gathered to the store after each batch (or at once when idle), so a
+//! confirmation never waits for an fsync and never holds up an append.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use tenantplane_core::decision::Decision;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{Notify, mpsc, oneshot};
 use tokio::task::JoinHandle;
 
 use crate::Error;
@@ -43,6 +47,20 @@ type Reply = oneshot::Sender<Result<Vec<Appended>, Arc<Error>>>;
 #[derive(Clone, Debug)]
 pub struct Appender {
     queue: mpsc::Sender<(Vec<Record>, Reply)>,
+    confirmations: Arc<Confirmations>,
+}
+
+/// Sequences of decisions whose host action was carried out, waiting for the task.
+#[derive(Debug, Default)]
+struct Confirmations {
+    sequences: Mutex<Vec<u64>>,
+    queued: Notify,
+}
+
+impl Confirmations {
+    fn take(&self) -> Vec<u64> {
+        std::mem::take(&mut *self.sequences.lock().unwrap_or_else(|p| p.into_inner()))
+    }
 }
 
 impl Appender {
@@ -52,8 +70,32 @@ impl Appender {
         config: AppenderConfig,
     ) -> (Appender, JoinHandle<()>) {
         let (queue, rx) = mpsc::channel(config.queue.max(1));
-        let task = tokio::spawn(run(store, rx, config.max_batch.max(1)));
-        (Appender { queue }, task)
+        let confirmations = Arc::new(Confirmations::default());
+        let task = tokio::spawn(run(
+            store,
+            rx,
+            confirmations.clone(),
+            config.max_batch.max(1),
+        ));
+        (
+            Appender {
+                queue,
+                confirmations,
+            },
+            task,
+        )
+    }
+
+    /// Confirms that the host action of the decision at `sequence` was carried out (its write
+    /// succeeded): it is no longer open. Returns at once; the task hands it to the store after
+    /// the batch committing, or on its own when no append is waiting.
+    pub fn carried_out(&self, sequence: u64) {
+        self.confirmations
+            .sequences
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(sequence);
+        self.confirmations.queued.notify_one();
     }
 
     /// Appends one decision; resolves once it is durable.
@@ -82,11 +124,21 @@ impl Appender {
 async fn run(
     store: Arc<dyn DecisionStore>,
     mut rx: mpsc::Receiver<(Vec<Record>, Reply)>,
+    confirmations: Arc<Confirmations>,
     max_batch: usize,
 ) {
     // Batches committed and waiting to be durable; awaited before the task ends.
     let mut acknowledging: Vec<JoinHandle<()>> = Vec::new();
-    while let Some(first) = rx.recv().await {
+    loop {
+        let first = tokio::select! {
+            biased;
+            first = rx.recv() => first,
+            () = confirmations.queued.notified() => {
+                confirm(&*store, confirmations.take()).await;
+                continue;
+            }
+        };
+        let Some(first) = first else { break };
         let mut requests = vec![first];
         let mut size = requests[0].0.len();
         while size < max_batch {
@@ -113,9 +165,22 @@ async fn run(
             }
             Err(e) => acknowledge(Err(e), replies),
         }
+        confirm(&*store, confirmations.take()).await;
     }
+    confirm(&*store, confirmations.take()).await;
     for task in acknowledging {
         let _ = task.await;
+    }
+}
+
+/// Hands confirmations to the store. One that fails leaves its actions open, which the syncer
+/// settles from the host at its next start: logged, not retried.
+async fn confirm(store: &dyn DecisionStore, sequences: Vec<u64>) {
+    if sequences.is_empty() {
+        return;
+    }
+    if let Err(e) = store.carried_out(sequences).await {
+        tracing::warn!(error = %e, "confirming carried-out host actions failed; they stay open");
     }
 }
 

@@ -21,6 +21,7 @@ use tenantplane_core::decision::Decision;
 
 use crate::Error;
 use crate::index::IndexColumns;
+use crate::signed::{SignatureProblem, SignedCheckpoint};
 
 /// The previous hash of the first link ever appended.
 pub const GENESIS_HASH: &str = "0000000000000000000000000000000000000000000000000000000000000000";
@@ -279,6 +280,7 @@ fn canonical_record_into(decision: &Decision, out: &mut Vec<u8>) -> Result<(), E
     let d = decision;
     let mut o = Object::open(out);
     o.field("action", &d.action)?;
+    o.optional("closes", &d.closes)?;
     o.field("component", &d.component)?;
     o.field("componentVersion", &d.component_version)?;
     o.optional("fieldPath", &d.field_path)?;
@@ -436,6 +438,36 @@ pub enum Break {
         /// The recorded sequence.
         sequence: u64,
     },
+    /// A signed checkpoint's signature does not hold.
+    CheckpointSignature {
+        /// The checkpoint.
+        checkpoint: Box<SignedCheckpoint>,
+        /// What is wrong with its signature.
+        problem: SignatureProblem,
+    },
+    /// Two signed checkpoints contradict each other: the log went back between them.
+    CheckpointsDisagree {
+        /// The one signed first.
+        earlier: Box<SignedCheckpoint>,
+        /// The one signed after it.
+        later: Box<SignedCheckpoint>,
+    },
+    /// A link differs from what a signed checkpoint says of it: the chain was rewritten at or
+    /// before it and its hashes recomputed.
+    CheckpointMismatch {
+        /// The checkpoint.
+        checkpoint: Box<SignedCheckpoint>,
+        /// The hash the link has now.
+        found: String,
+    },
+    /// The chain ends before a signed checkpoint: links were removed from the tail (with the
+    /// chain head moved back), or an older copy of the log was restored.
+    TailMissing {
+        /// The last link of the chain.
+        last: u64,
+        /// The checkpoint covering the furthest link.
+        checkpoint: Box<SignedCheckpoint>,
+    },
 }
 
 impl fmt::Display for Break {
@@ -484,6 +516,55 @@ impl fmt::Display for Break {
                 f,
                 "link {sequence} is missing or differs from the recorded anchor"
             ),
+            Break::CheckpointSignature {
+                checkpoint: c,
+                problem: SignatureProblem::UnknownKey { key_id, known },
+            } => write!(
+                f,
+                "the checkpoint at link {} (signed {}) is signed by key {key_id}, which is not among the public keys given ({}): signed by another key, or the wrong public key was given",
+                c.sequence,
+                c.time,
+                known.join(", ")
+            ),
+            Break::CheckpointSignature {
+                checkpoint: c,
+                problem: SignatureProblem::Invalid,
+            } => write!(
+                f,
+                "the checkpoint at link {} (signed {} by key {}) does not match its signature: the checkpoint was edited or forged",
+                c.sequence, c.time, c.key_id
+            ),
+            Break::CheckpointsDisagree { earlier, later } if later.sequence < earlier.sequence => {
+                write!(
+                    f,
+                    "the log went back: the checkpoint signed {} covers link {}, the one signed later, {}, only link {}: between them links were removed from the tail or an older copy of the log was restored",
+                    earlier.time, earlier.sequence, later.time, later.sequence
+                )
+            }
+            Break::CheckpointsDisagree { earlier, later } => write!(
+                f,
+                "the log forked: the checkpoints signed {} and {} give link {} different hashes ({} and {}): an older copy of the log was restored and appended to, or the chain was rewritten between them",
+                earlier.time, later.time, earlier.sequence, earlier.hash, later.hash
+            ),
+            Break::CheckpointMismatch {
+                checkpoint: c,
+                found,
+            } => write!(
+                f,
+                "link {} has hash {found} but the checkpoint signed {} by key {} says {}: the chain was rewritten at or before link {} and rehashed",
+                c.sequence, c.time, c.key_id, c.hash, c.sequence
+            ),
+            Break::TailMissing {
+                last,
+                checkpoint: c,
+            } => write!(
+                f,
+                "the log ends at link {last} but the checkpoint signed {} by key {} covers link {}: {} links were removed from the tail, or an older copy of the log was restored",
+                c.time,
+                c.key_id,
+                c.sequence,
+                c.sequence - last
+            ),
         }
     }
 }
@@ -502,6 +583,16 @@ pub struct VerifyReport {
     pub checkpoints: u64,
     /// The first broken link, if any.
     pub first_break: Option<Break>,
+    /// Signed checkpoints the chain was checked against and matched.
+    #[serde(default)]
+    pub signed_checkpoints: u64,
+    /// Signed checkpoints of links retention has removed: their signatures were checked, the
+    /// links they cover no longer can be.
+    #[serde(default)]
+    pub signed_before_retention: u64,
+    /// The signed checkpoint covering the furthest link that matched.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_signed: Option<SignedCheckpoint>,
 }
 
 impl VerifyReport {
@@ -517,6 +608,8 @@ pub struct Verifier {
     report: VerifyReport,
     anchor: Option<Head>,
     anchor_seen: bool,
+    /// Signed checkpoints still to meet, furthest link first (popped from the end).
+    signed: Vec<SignedCheckpoint>,
 }
 
 impl Verifier {
@@ -529,6 +622,9 @@ impl Verifier {
             head: Head::genesis(),
             checkpoints: 0,
             first_break: None,
+            signed_checkpoints: 0,
+            signed_before_retention: 0,
+            last_signed: None,
         };
         let mut prev: Option<&Checkpoint> = None;
         for c in checkpoints {
@@ -560,9 +656,85 @@ impl Verifier {
             report,
             anchor,
             anchor_seen,
+            signed: Vec::new(),
         };
         verifier.check_anchor();
         verifier
+    }
+
+    /// Also checks the chain against signed checkpoints: their signatures with `keys`, that
+    /// they agree with each other (a later one never covers less, two never give one link
+    /// different hashes), and, as links arrive, that each covered link has the signed hash; at
+    /// [`Verifier::finish`], that the chain reaches the furthest of them. Call before the
+    /// first link.
+    pub fn with_checkpoints(
+        mut self,
+        mut signed: Vec<SignedCheckpoint>,
+        keys: &[crate::signed::VerifyingKey],
+    ) -> Verifier {
+        if self.is_broken() {
+            return self;
+        }
+        if let Some((c, problem)) = signed
+            .iter()
+            .find_map(|c| c.check_signature(keys).err().map(|p| (c, p)))
+        {
+            self.report.first_break = Some(Break::CheckpointSignature {
+                checkpoint: Box::new(c.clone()),
+                problem,
+            });
+            return self;
+        }
+        signed.sort_by_key(|c| (c.time, c.sequence));
+        let mut furthest: Option<&SignedCheckpoint> = None;
+        let mut by_sequence: std::collections::HashMap<u64, &SignedCheckpoint> = Default::default();
+        for c in &signed {
+            let went_back = furthest.filter(|f| c.sequence < f.sequence);
+            let forked = by_sequence.get(&c.sequence).filter(|o| o.hash != c.hash);
+            if let Some(earlier) = went_back.or(forked.copied()) {
+                self.report.first_break = Some(Break::CheckpointsDisagree {
+                    earlier: Box::new(earlier.clone()),
+                    later: Box::new(c.clone()),
+                });
+                return self;
+            }
+            by_sequence.insert(c.sequence, c);
+            if furthest.is_none_or(|f| c.sequence >= f.sequence) {
+                furthest = Some(c);
+            }
+        }
+        // One per link (they agree), furthest first; those at or before where verification
+        // starts are met now.
+        signed.sort_by_key(|c| std::cmp::Reverse(c.sequence));
+        signed.dedup_by_key(|c| c.sequence);
+        self.signed = signed;
+        while let Some(c) = self.signed.last() {
+            let start = &self.report.head;
+            if c.sequence > start.sequence {
+                break;
+            }
+            let c = self.signed.pop().expect("checked above");
+            if c.sequence < start.sequence {
+                self.report.signed_before_retention += 1;
+            } else {
+                let found = start.hash.clone();
+                self.meet(c, &found);
+            }
+        }
+        self
+    }
+
+    /// Compares the link a signed checkpoint covers with it.
+    fn meet(&mut self, checkpoint: SignedCheckpoint, found: &str) {
+        if checkpoint.hash == found {
+            self.report.signed_checkpoints += 1;
+            self.report.last_signed = Some(checkpoint);
+        } else {
+            self.report.first_break = Some(Break::CheckpointMismatch {
+                checkpoint: Box::new(checkpoint),
+                found: found.to_string(),
+            });
+        }
     }
 
     /// True once a break was found; further links are ignored.
@@ -615,6 +787,14 @@ impl Verifier {
                     hash: link.hash.clone(),
                 };
                 self.check_anchor();
+                if self
+                    .signed
+                    .last()
+                    .is_some_and(|c| c.sequence == link.sequence)
+                {
+                    let c = self.signed.pop().expect("checked above");
+                    self.meet(c, &link.hash);
+                }
             }
         }
     }
@@ -651,6 +831,11 @@ impl Verifier {
         {
             self.report.first_break = Some(Break::AnchorMismatch {
                 sequence: a.sequence,
+            });
+        } else if let Some(furthest) = self.signed.first() {
+            self.report.first_break = Some(Break::TailMissing {
+                last: self.report.head.sequence,
+                checkpoint: Box::new(furthest.clone()),
             });
         }
         self.report
@@ -744,6 +929,7 @@ mod tests {
             component_version: "0.1.0".into(),
             trace_id: Some("4bf92f3577b34da6a3ce929d0e0e4736".into()),
             span_id: Some("00f067aa0ba902b7".into()),
+            closes: Some("0193a4e2-7c1d-7000-8000-000000000000".into()),
         }
     }
 
@@ -757,6 +943,7 @@ mod tests {
             stripped_keys: vec![],
             trace_id: None,
             span_id: None,
+            closes: None,
             ..full()
         };
         let no_rule = Decision {

@@ -14,6 +14,7 @@ use tenantplane_core::decision::{Decision, Outcome};
 
 use crate::Error;
 use crate::chain::{Checkpoint, Entry, Head, Link, Verifier, VerifyReport, canonical_json};
+use crate::signed::Published;
 use crate::store::{DecisionStore, SCAN_CHUNK, entries_after};
 
 /// One line of a JSON Lines export.
@@ -95,6 +96,20 @@ fn write_line(out: &mut dyn Write, line: &ExportLine) -> Result<(), Error> {
 
 /// Verifies a JSON Lines export offline, like [`crate::verify`] does a database.
 pub fn verify_jsonl(input: impl BufRead, anchor: Option<Head>) -> Result<VerifyReport, Error> {
+    verify_jsonl_against(input, anchor, &Published::default())
+}
+
+/// Verifies a JSON Lines export offline against signed checkpoints, like
+/// [`crate::verify_against`] does a database.
+pub fn verify_jsonl_against(
+    input: impl BufRead,
+    anchor: Option<Head>,
+    published: &Published,
+) -> Result<VerifyReport, Error> {
+    let start = |checkpoints: &[Checkpoint], anchor: Option<Head>| {
+        Verifier::new(checkpoints, anchor)
+            .with_checkpoints(published.checkpoints.clone(), &published.keys)
+    };
     let mut checkpoints = Vec::new();
     let mut verifier: Option<Verifier> = None;
     let mut head = None;
@@ -117,7 +132,7 @@ pub fn verify_jsonl(input: impl BufRead, anchor: Option<Head>) -> Result<VerifyR
                 return Err(bad("a Checkpoint line follows a Link line".to_string()));
             }
             ExportLine::Link(l) => verifier
-                .get_or_insert_with(|| Verifier::new(&checkpoints, anchor.clone()))
+                .get_or_insert_with(|| start(&checkpoints, anchor.clone()))
                 .push(&l.to_link()),
             ExportLine::Head(h) => head = Some(h),
         }
@@ -127,7 +142,7 @@ pub fn verify_jsonl(input: impl BufRead, anchor: Option<Head>) -> Result<VerifyR
         line: 0,
         detail: "no Head line: the export is truncated".to_string(),
     })?;
-    let verifier = verifier.unwrap_or_else(|| Verifier::new(&checkpoints, anchor));
+    let verifier = verifier.unwrap_or_else(|| start(&checkpoints, anchor));
     Ok(verifier.finish(Some(&head)))
 }
 

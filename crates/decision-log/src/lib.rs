@@ -14,6 +14,8 @@
 //!   appends are serialized for it, so a global chain costs nothing more and proves the whole
 //!   log complete, not each tenant's part separately.
 //! - [`appender`]: the group-commit [`Appender`]; `append` resolves once the decision is durable.
+//! - [`signed`]: Ed25519-signed checkpoints of the chain head, published outside the database,
+//!   which verification checks the chain against (truncation, rewrites).
 //! - [`export`]: JSON Lines (verifiable offline) and wgpolicyk8s.io PolicyReports.
 //! - [`query`]: filters and pages.
 //! - [`grpc`]: the `tenantplane.decisions.v1.DecisionLog` service over any store.
@@ -27,6 +29,7 @@ pub mod grpc;
 pub mod index;
 pub mod postgres;
 pub mod query;
+pub mod signed;
 mod sql;
 pub mod sqlite;
 pub mod store;
@@ -39,7 +42,10 @@ pub use appender::{Appender, AppenderConfig};
 pub use chain::{Break, Checkpoint, Entry, Head, Link, Record, Verifier, VerifyReport};
 pub use index::IndexColumns;
 pub use query::{Filter, ObjectFilter, Page, Query};
-pub use store::{Appended, DecisionStore, Durable, Retention, entries_after, open, verify};
+pub use signed::SignedCheckpoint;
+pub use store::{
+    Appended, DecisionStore, Durable, Retention, entries_after, open, verify, verify_against,
+};
 
 /// What can go wrong in the decision log.
 #[derive(Debug, thiserror::Error)]
@@ -83,6 +89,9 @@ pub enum Error {
     /// decisions are not acknowledged.
     #[error("decisions not durable: {0}")]
     NotDurable(String),
+    /// A checkpoint key cannot be read or made.
+    #[error("checkpoint key {0}")]
+    Key(String),
     /// The appender task has stopped.
     #[error("the decision log appender is stopped")]
     Closed,

@@ -218,6 +218,7 @@ impl DecisionStore for PostgresStore {
                 sql::chain_batch(read_head(&tx, &sql::lock_head(&POSTGRES)).await?, &records);
             if batch.len() > 0 {
                 copy_rows(&tx, &batch).await?;
+                change_actions(&tx, &batch, &records).await?;
             }
             let head = params(sql::head_row(&batch.head));
             tx.execute(sql::UPDATE_HEAD, &refs(&head)).await?;
@@ -304,6 +305,7 @@ impl DecisionStore for PostgresStore {
                 .try_get(0)?;
             let previous = read_checkpoints(&tx).await?.pop();
             let removed = tx.execute(sql::DELETE_THROUGH, &refs(&cut_param)).await?;
+            tx.execute(sql::SETTLE_THROUGH, &refs(&cut_param)).await?;
             let checkpoint = Checkpoint::new(previous.as_ref(), now, cut + 1, anchor, removed);
             let row = params(sql::checkpoint_row(&checkpoint));
             tx.execute(sql::INSERT_CHECKPOINT, &refs(&row)).await?;
@@ -315,4 +317,64 @@ impl DecisionStore for PostgresStore {
     fn subscribe(&self) -> watch::Receiver<u64> {
         self.head.subscribe()
     }
+
+    fn open_actions(&self, tenant: Option<String>) -> StoreFuture<'_, Vec<Entry>> {
+        Box::pin(async move {
+            let found = match tenant {
+                Some(t) => {
+                    self.links(sql::OPEN_ACTIONS_OF_TENANT, vec![SqlValue::Text(t)])
+                        .await?
+                }
+                None => self.links(sql::OPEN_ACTIONS, vec![]).await?,
+            };
+            found.into_iter().map(Entry::try_from).collect()
+        })
+    }
+
+    fn carried_out(&self, sequences: Vec<u64>) -> StoreFuture<'_, ()> {
+        Box::pin(async move {
+            let sequences: Vec<i64> = sequences.into_iter().map(sql::to_i64).collect();
+            let writer = self.writer.lock().await;
+            writer.execute(SETTLE_ACTIONS, &[&sequences]).await?;
+            Ok(())
+        })
+    }
+}
+
+/// Opens many actions in one statement: sequences and tenants as arrays.
+const OPEN_ACTIONS_UNNEST: &str = "INSERT INTO open_actions (seq, tenant) \
+     SELECT * FROM UNNEST($1::bigint[], $2::text[])";
+
+/// Settles many actions in one statement.
+const SETTLE_ACTIONS: &str = "DELETE FROM open_actions WHERE seq = ANY($1::bigint[])";
+
+/// Settles the actions of decisions closed by later ones, by decision id.
+const CLOSE_ACTIONS: &str = "DELETE FROM open_actions \
+     WHERE seq IN (SELECT seq FROM decisions WHERE id = ANY($1::text[]))";
+
+/// Opens the actions a batch records and settles those it closes: one statement each, so a
+/// batch costs two round trips more at most, not one per decision.
+async fn change_actions(
+    tx: &Transaction<'_>,
+    batch: &sql::ChainedBatch<'_>,
+    records: &[Record],
+) -> Result<(), Error> {
+    let (mut seqs, mut tenants, mut closed) = (vec![], vec![], vec![]);
+    for (record, appended) in records.iter().zip(&batch.appended) {
+        match sql::action_change(record) {
+            Some(sql::ActionChange::Open(tenant)) => {
+                seqs.push(sql::to_i64(appended.sequence));
+                tenants.push(tenant);
+            }
+            Some(sql::ActionChange::Close(id)) => closed.push(id),
+            None => {}
+        }
+    }
+    if !seqs.is_empty() {
+        tx.execute(OPEN_ACTIONS_UNNEST, &[&seqs, &tenants]).await?;
+    }
+    if !closed.is_empty() {
+        tx.execute(CLOSE_ACTIONS, &[&closed]).await?;
+    }
+    Ok(())
 }

@@ -116,6 +116,19 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         CREATE INDEX decisions_tenant_subject
         ON decisions (tenant, subject_name, subject_namespace, seq, subject_kind)",
     ),
+    (
+        4,
+        "open host actions",
+        // The decisions whose host action is not yet known to be carried out: a row per open
+        // action, inserted with the decision, removed when the syncer confirms the write or a
+        // later decision closes it. Small (the writes in flight and those confirmed since the
+        // last batch) and keyed by sequence alone, so an insert lands on the right edge of one
+        // tree and a tenant's rows are found by reading all of them.
+        "CREATE TABLE open_actions (
+        seq {seq_pk},
+        tenant TEXT NOT NULL
+    )",
+    ),
 ];
 
 /// The tenants that have decisions, found by a loose index scan of `decisions_tenant`: one
@@ -211,6 +224,46 @@ pub(crate) const SELECT_CHECKPOINTS: &str = "SELECT number, time, next_sequence,
 /// Records a checkpoint; values from [`checkpoint_row`].
 pub(crate) const INSERT_CHECKPOINT: &str = "INSERT INTO checkpoints (number, time, next_sequence, \
      anchor_hash, removed, prev_hash, hash) VALUES ($1, $2, $3, $4, $5, $6, $7)";
+
+/// Opens a host action: the decision's sequence and tenant.
+pub(crate) const OPEN_ACTION: &str = "INSERT INTO open_actions (seq, tenant) VALUES ($1, $2)";
+
+/// Removes an open action (carried out).
+pub(crate) const SETTLE_ACTION: &str = "DELETE FROM open_actions WHERE seq = $1";
+
+/// Removes the open action of a decision closed by a later one.
+pub(crate) const CLOSE_ACTION: &str =
+    "DELETE FROM open_actions WHERE seq = (SELECT seq FROM decisions WHERE id = $1)";
+
+/// The open actions of one tenant, oldest first, as links.
+pub(crate) const OPEN_ACTIONS_OF_TENANT: &str = "SELECT d.seq, d.prev_hash, d.hash, d.record \
+     FROM open_actions o JOIN decisions d ON d.seq = o.seq WHERE o.tenant = $1 ORDER BY o.seq";
+
+/// Every open action, oldest first, as links.
+pub(crate) const OPEN_ACTIONS: &str = "SELECT d.seq, d.prev_hash, d.hash, d.record \
+     FROM open_actions o JOIN decisions d ON d.seq = o.seq ORDER BY o.seq";
+
+/// Removes the open actions of a removed prefix of the chain (retention).
+pub(crate) const SETTLE_THROUGH: &str = "DELETE FROM open_actions WHERE seq <= $1";
+
+/// What appending a record does to the open actions: opens its own, or settles the one it
+/// closes.
+pub(crate) enum ActionChange<'a> {
+    /// The decision records a host action to carry out, for this tenant.
+    Open(&'a str),
+    /// The decision closes an earlier one that was not carried out.
+    Close(&'a str),
+}
+
+/// The change appending `record` makes to the open actions, if any.
+pub(crate) fn action_change(record: &Record) -> Option<ActionChange<'_>> {
+    let d = record.decision();
+    match &d.closes {
+        Some(closed) => Some(ActionChange::Close(closed)),
+        None if d.opens_action() => Some(ActionChange::Open(&d.tenant)),
+        None => None,
+    }
+}
 
 /// The newest link older than a time (retention by age).
 pub(crate) const LAST_SEQ_BEFORE: &str = "SELECT MAX(seq) FROM decisions WHERE time_us < $1";

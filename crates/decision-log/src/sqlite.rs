@@ -585,8 +585,19 @@ fn chain_and_insert(
     let mut appended = Vec::with_capacity(records.len());
     for chunk in records.chunks(CHAIN_CHUNK) {
         let batch = sql::chain_batch(head, chunk);
-        for i in 0..batch.len() {
+        for (i, record) in chunk.iter().enumerate() {
             insert.execute(params_from_iter(batch.row(i)))?;
+            match sql::action_change(record) {
+                Some(sql::ActionChange::Open(tenant)) => {
+                    let seq = sql::to_i64(batch.appended[i].sequence);
+                    conn.prepare_cached(sql::OPEN_ACTION)?
+                        .execute(rusqlite::params![seq, tenant])?;
+                }
+                Some(sql::ActionChange::Close(id)) => {
+                    conn.prepare_cached(sql::CLOSE_ACTION)?.execute([id])?;
+                }
+                None => {}
+            }
         }
         head = batch.head;
         appended.extend(batch.appended);
@@ -725,6 +736,10 @@ impl DecisionStore for SqliteStore {
                 sql::DELETE_THROUGH,
                 params_from_iter([SqlValue::Int(sql::to_i64(cut))]),
             )?;
+            tx.execute(
+                sql::SETTLE_THROUGH,
+                params_from_iter([SqlValue::Int(sql::to_i64(cut))]),
+            )?;
             let checkpoint =
                 Checkpoint::new(previous.as_ref(), now, cut + 1, anchor, removed as u64);
             tx.execute(
@@ -738,6 +753,32 @@ impl DecisionStore for SqliteStore {
 
     fn subscribe(&self) -> watch::Receiver<u64> {
         self.inner.head.subscribe()
+    }
+
+    fn open_actions(&self, tenant: Option<String>) -> StoreFuture<'_, Vec<Entry>> {
+        Box::pin(async move {
+            let found = self
+                .read(move |conn| match tenant {
+                    Some(t) => links(conn, sql::OPEN_ACTIONS_OF_TENANT, vec![SqlValue::Text(t)]),
+                    None => links(conn, sql::OPEN_ACTIONS, vec![]),
+                })
+                .await?;
+            found.into_iter().map(Entry::try_from).collect()
+        })
+    }
+
+    fn carried_out(&self, sequences: Vec<u64>) -> StoreFuture<'_, ()> {
+        Box::pin(self.write(move |conn| {
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            {
+                let mut settle = tx.prepare_cached(sql::SETTLE_ACTION)?;
+                for seq in sequences {
+                    settle.execute([sql::to_i64(seq)])?;
+                }
+            }
+            tx.commit()?;
+            Ok(())
+        }))
     }
 }
 

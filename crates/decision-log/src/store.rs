@@ -16,6 +16,7 @@ use crate::chain::{Checkpoint, Entry, Head, Link, Record, Verifier, VerifyReport
 use crate::index::IndexColumns;
 use crate::postgres::PostgresStore;
 use crate::query::{Page, Query};
+use crate::signed::Published;
 use crate::sqlite::{Durability, SqliteStore};
 
 /// What a store method returns.
@@ -94,6 +95,15 @@ pub trait DecisionStore: Send + Sync + fmt::Debug {
     fn retain(&self, retention: Retention, now: Timestamp) -> StoreFuture<'_, Option<Checkpoint>>;
     /// The head sequence after each append made through this store object.
     fn subscribe(&self) -> watch::Receiver<u64>;
+    /// The open host actions, oldest first: decisions recording a create, update or delete
+    /// that no later decision closes and whose write was not confirmed
+    /// ([`DecisionStore::carried_out`]); of one tenant, or of all.
+    fn open_actions(&self, tenant: Option<String>) -> StoreFuture<'_, Vec<Entry>>;
+    /// Confirms that the host actions of the decisions at `sequences` were carried out: they
+    /// are no longer open. Sequences of no open action are ignored. Not durable on its own: a
+    /// confirmation lost in a crash leaves the action open, and the syncer settles it from the
+    /// host at its next start.
+    fn carried_out(&self, sequences: Vec<u64>) -> StoreFuture<'_, ()>;
 }
 
 /// Opens the store a URL names, creating or migrating its schema:
@@ -147,10 +157,22 @@ pub async fn verify(
     store: &dyn DecisionStore,
     anchor: Option<Head>,
 ) -> Result<VerifyReport, Error> {
+    verify_against(store, anchor, &Published::default()).await
+}
+
+/// [`verify`], and against signed checkpoints published outside the database: it detects links
+/// removed from the tail, and a chain rewritten and rehashed, up to the furthest checkpoint.
+/// Checkpoints signed after verification read the head are not held against it.
+pub async fn verify_against(
+    store: &dyn DecisionStore,
+    anchor: Option<Head>,
+    published: &Published,
+) -> Result<VerifyReport, Error> {
     // The head first: links appended while verifying are past it and left for next time.
     let head = store.head().await?;
     let checkpoints = store.checkpoints().await?;
-    let mut verifier = Verifier::new(&checkpoints, anchor);
+    let mut verifier = Verifier::new(&checkpoints, anchor)
+        .with_checkpoints(published.checkpoints.clone(), &published.keys);
     let mut after = checkpoints
         .last()
         .map_or(0, |c| c.next_sequence.saturating_sub(1));

@@ -589,3 +589,68 @@ async fn policy_reports_hold_the_latest_decision_per_object_per_tenant() {
     assert_eq!(rejected["policy"], "default");
     assert_eq!(rejected["resources"][0]["kind"], "ConfigMap");
 }
+
+#[tokio::test]
+async fn host_actions_stay_open_until_carried_out_or_closed() {
+    for b in backends().await {
+        let store = &*b.store;
+        // Three actions (Update) in two tenants, and a decision that writes nothing.
+        let mut batch = common::decisions(0, 4, 2);
+        batch[3].action = tenantplane_core::decision::HostAction::None;
+        let appended = store.append_batch(batch.clone()).await.unwrap();
+        let open = |tenant: Option<&str>| {
+            let tenant = tenant.map(str::to_string);
+            async move {
+                store
+                    .open_actions(tenant)
+                    .await
+                    .unwrap()
+                    .iter()
+                    .map(|e| e.sequence)
+                    .collect::<Vec<_>>()
+            }
+        };
+        assert_eq!(open(None).await, vec![1, 2, 3], "{}", b.name);
+        assert_eq!(open(Some("tenant-0")).await, vec![1, 3], "{}", b.name);
+
+        // The write of decision 1 was carried out; that of decision 3 failed, which a later
+        // decision closes.
+        store.carried_out(vec![appended[0].sequence]).await.unwrap();
+        let mut failed = common::decision(9, 2);
+        failed.tenant = "tenant-0".into();
+        failed.outcome = Outcome::Failed;
+        failed.closes = Some(batch[2].id.clone());
+        store.append_batch(vec![failed]).await.unwrap();
+        assert_eq!(open(None).await, vec![2], "{}", b.name);
+
+        // Through the appender: confirmed without an append to carry it.
+        let (appender, _task) = Appender::spawn(b.store.clone(), AppenderConfig::default());
+        appender.carried_out(appended[1].sequence);
+        for _ in 0..200 {
+            if open(None).await.is_empty() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(open(None).await, Vec::<u64>::new(), "{}", b.name);
+
+        // Retention drops the open actions of the links it removes.
+        let opened = appender.append(common::decision(10, 2)).await.unwrap();
+        store
+            .retain(
+                Retention {
+                    max_age: None,
+                    max_links: Some(0),
+                },
+                Timestamp::now(),
+            )
+            .await
+            .unwrap();
+        assert!(
+            store.get(opened.id).await.unwrap().is_none(),
+            "{}: retention removed the link",
+            b.name
+        );
+        assert_eq!(open(None).await, Vec::<u64>::new(), "{}", b.name);
+    }
+}

@@ -112,6 +112,7 @@ impl UnavailableGroup {
             component_version: stamp.component_version,
             trace_id: stamp.trace_id,
             span_id: stamp.span_id,
+            closes: None,
         }
     }
 

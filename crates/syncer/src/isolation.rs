@@ -265,6 +265,7 @@ impl Source {
             component_version: stamp.component_version,
             trace_id: stamp.trace_id,
             span_id: stamp.span_id,
+            closes: None,
         }
     }
 }
@@ -487,7 +488,7 @@ async fn write(
     started: Instant,
 ) -> anyhow::Result<()> {
     let key = format!("isolation:{}", change.target);
-    recorder
+    let recorded = recorder
         .record(&key, decision, &source.digest, None, started)
         .await?;
     let r = &change.target;
@@ -522,6 +523,7 @@ async fn write(
         }
     };
     let Err(e) = result else {
+        recorder.carried_out(recorded);
         return Ok(());
     };
     let span = trace::follow_up_span(decision);

@@ -23,6 +23,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod checkpoint;
 pub mod controller;
 pub mod discovery;
 pub mod isolation;
@@ -33,6 +34,7 @@ pub mod ratelimit;
 pub mod reconcile;
 pub mod record;
 pub mod service;
+pub mod settle;
 pub mod shard;
 pub mod tenant;
 pub mod trace;
@@ -74,6 +76,9 @@ pub struct Config {
     pub metrics: metrics::SyncMetrics,
     /// Lease sharding between replicas; `None` (the default): this replica serves every Tenant.
     pub shard: Option<shard::ShardConfig>,
+    /// Signed checkpoints of the decision log, published in the host cluster; `None` (the
+    /// default): none are signed.
+    pub checkpoints: Option<checkpoint::CheckpointConfig>,
 }
 
 impl Config {
@@ -95,6 +100,7 @@ impl Config {
             status_interval: Duration::from_secs(1),
             metrics: metrics::SyncMetrics::default(),
             shard: None,
+            checkpoints: None,
         }
     }
 }
@@ -146,13 +152,26 @@ pub async fn authenticated_username(client: &kube::Client) -> anyhow::Result<Opt
 #[derive(Debug)]
 pub struct Syncer {
     ctx: Arc<controller::Context>,
+    checkpoints: Option<checkpoint::Publisher>,
 }
 
 impl Syncer {
     /// Connects to the host cluster.
     pub async fn new(config: Config) -> anyhow::Result<Syncer> {
         let host = host_client(config.host_kubeconfig.as_deref()).await?;
+        // Open host actions up to here were recorded by an earlier life of the syncer.
+        let log_start = match config.decision_log.as_ref().and_then(|l| l.store()) {
+            Some(store) => {
+                store
+                    .head()
+                    .await
+                    .context("reading the decision log's head")?
+                    .sequence
+            }
+            None => 0,
+        };
         let shared = Arc::new(tenant::Shared {
+            log_start,
             host,
             host_limiter: ratelimit::RateLimiter::new(config.host_qps, config.host_burst),
             planner: config.planner.clone(),
@@ -161,6 +180,16 @@ impl Syncer {
             tuning: config.tuning.clone(),
             metrics: config.metrics.clone(),
         });
+        let checkpoints = match (&config.checkpoints, config.decision_log.as_ref()) {
+            (Some(c), Some(log)) => {
+                let store = log
+                    .store()
+                    .context("signed checkpoints need a decision log store")?;
+                Some(checkpoint::Publisher::new(store, shared.host.clone(), c.clone()).await?)
+            }
+            (Some(_), None) => anyhow::bail!("signed checkpoints need a decision log"),
+            (None, _) => None,
+        };
         let shard = config
             .shard
             .map(|c| Arc::new(shard::Shard::new(shared.host.clone(), c)));
@@ -171,7 +200,7 @@ impl Syncer {
             config.status_interval,
             shard,
         );
-        Ok(Syncer { ctx })
+        Ok(Syncer { ctx, checkpoints })
     }
 
     /// Whether every running tenant has listed its watches (what `/ready` reports).
@@ -183,9 +212,18 @@ impl Syncer {
         })
     }
 
-    /// Runs the Tenant controller until it stops.
+    /// Runs the Tenant controller until it stops, and publishes signed checkpoints of the
+    /// decision log at their interval meanwhile.
     pub async fn run(&self) {
-        controller::run(self.ctx.clone()).await;
+        match &self.checkpoints {
+            Some(publisher) => {
+                tokio::select! {
+                    () = controller::run(self.ctx.clone()) => {}
+                    () = publisher.run() => {}
+                }
+            }
+            None => controller::run(self.ctx.clone()).await,
+        }
     }
 
     /// Stops every tenant runtime, then, when sharded, deletes this replica's Lease so that the
@@ -193,6 +231,14 @@ impl Syncer {
     /// [`Syncer::run`] has been stopped.
     pub async fn release(&self) {
         self.ctx.stop_all().await;
+        if let Some(publisher) = &self.checkpoints
+            && let Err(e) = publisher.publish().await
+        {
+            tracing::warn!(
+                error = format!("{e:#}"),
+                "publishing the final checkpoint failed"
+            );
+        }
         if let Some(shard) = &self.ctx.shard {
             shard.release().await;
         }

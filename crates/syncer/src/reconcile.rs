@@ -300,6 +300,7 @@ pub fn reconcile_absent(
         component_version: stamp.component_version,
         trace_id: stamp.trace_id,
         span_id: stamp.span_id,
+        closes: None,
     };
     Some(Step {
         decision,
@@ -348,6 +349,7 @@ pub fn deferred(
         component_version: stamp.component_version,
         trace_id: stamp.trace_id,
         span_id: stamp.span_id,
+        closes: None,
     }
 }
 
@@ -414,6 +416,7 @@ fn unapplied(decision: &Decision, reason: &str, message: String, stamp: Stamp) -
     d.outcome = Outcome::Failed;
     d.reason = reason.into();
     d.message = message;
+    d.closes = Some(decision.id.clone());
     d
 }
 

@@ -48,23 +48,42 @@ pub const COMPONENT: &str = "tenantplane-syncer";
 
 /// A durable, append-only decision log (the decision-log crate plugs in here).
 pub trait DecisionLog: Send + Sync + std::fmt::Debug + 'static {
-    /// Returns once the decision is durably recorded.
-    fn append<'a>(&'a self, decision: &'a Decision) -> BoxFuture<'a, Result<(), String>>;
+    /// Returns once the decision is durably recorded, with its sequence in the log.
+    fn append<'a>(&'a self, decision: &'a Decision) -> BoxFuture<'a, Result<u64, String>>;
+    /// Confirms that the host action of the decision at `sequence` was carried out: it is no
+    /// longer open (see docs/decision-log.md, "Open host actions").
+    fn carried_out(&self, _sequence: u64) {}
+    /// The store behind the log, when there is one: its open actions and head (for the
+    /// settling at start and the signed checkpoints).
+    fn store(&self) -> Option<Arc<dyn tenantplane_decision_log::DecisionStore>> {
+        None
+    }
 }
 
 /// The decision-log crate's group-commit appender (SQLite or PostgreSQL) as the syncer's log.
 #[derive(Debug, Clone)]
-pub struct AppenderLog(pub tenantplane_decision_log::Appender);
+pub struct AppenderLog {
+    appender: tenantplane_decision_log::Appender,
+    store: Arc<dyn tenantplane_decision_log::DecisionStore>,
+}
 
 impl DecisionLog for AppenderLog {
-    fn append<'a>(&'a self, decision: &'a Decision) -> BoxFuture<'a, Result<(), String>> {
+    fn append<'a>(&'a self, decision: &'a Decision) -> BoxFuture<'a, Result<u64, String>> {
         Box::pin(async move {
-            self.0
+            self.appender
                 .append(decision.clone())
                 .await
-                .map(|_| ())
+                .map(|a| a.sequence)
                 .map_err(|e| e.to_string())
         })
+    }
+
+    fn carried_out(&self, sequence: u64) {
+        self.appender.carried_out(sequence);
+    }
+
+    fn store(&self) -> Option<Arc<dyn tenantplane_decision_log::DecisionStore>> {
+        Some(self.store.clone())
     }
 }
 
@@ -81,10 +100,15 @@ impl AppenderLog {
     /// Starts a group-commit appender on `store`.
     pub fn spawn(store: Arc<dyn tenantplane_decision_log::DecisionStore>) -> Arc<dyn DecisionLog> {
         let (appender, _task) =
-            tenantplane_decision_log::Appender::spawn(store, Default::default());
-        Arc::new(AppenderLog(appender))
+            tenantplane_decision_log::Appender::spawn(store.clone(), Default::default());
+        Arc::new(AppenderLog { appender, store })
     }
 }
+
+/// Where a recorded decision landed in the durable log (nowhere without one): what
+/// [`DecisionRecorder::carried_out`] confirms once its host write is made.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Recorded(Option<u64>);
 
 /// Why a decision could not be recorded.
 #[derive(Debug, thiserror::Error)]
@@ -442,6 +466,14 @@ impl DecisionRecorder {
         &self.ledger
     }
 
+    /// Confirms that the host action of a decision [`DecisionRecorder::record`] recorded
+    /// (`recorded`, what it returned) was carried out.
+    pub fn carried_out(&self, recorded: Recorded) {
+        if let (Some(log), Some(sequence)) = (&self.log, recorded.0) {
+            log.carried_out(sequence);
+        }
+    }
+
     /// Records a decision about the tenant object `key` (see the module documentation), inside
     /// the span it was stamped in. `regarding` is the tenant object, when it still exists;
     /// `content` its observed digest; `started` when the object left the queue.
@@ -452,12 +484,13 @@ impl DecisionRecorder {
         content: &str,
         regarding: Option<ObjectReference>,
         started: Instant,
-    ) -> Result<(), RecordError> {
+    ) -> Result<Recorded, RecordError> {
+        let mut recorded = Recorded::default();
         if let Some(log) = &self.log {
-            log.append(decision).await.map_err(|problem| RecordError {
+            recorded.0 = Some(log.append(decision).await.map_err(|problem| RecordError {
                 id: decision.id.clone(),
                 problem,
-            })?;
+            })?);
         }
         self.ledger.tally(key, decision, content);
         self.ledger
@@ -491,7 +524,7 @@ impl DecisionRecorder {
             // A full channel waits: events are not dropped, they slow the syncer down instead.
             let _ = events.send((reference, event)).await;
         }
-        Ok(())
+        Ok(recorded)
     }
 }
 
@@ -650,6 +683,7 @@ mod tests {
             component_version: "0".into(),
             trace_id: None,
             span_id: None,
+            closes: None,
         }
     }
 

@@ -6,6 +6,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::checkpoint::{CheckpointConfig, KeySource};
 use crate::metrics::SyncMetrics;
 use crate::record::AppenderLog;
 use crate::shard::ShardConfig;
@@ -100,6 +101,40 @@ pub struct Args {
         default_value_t = 2
     )]
     pub shard_renew_seconds: u64,
+    /// Ed25519 private key (PKCS#8 PEM or 32 raw bytes) that signs checkpoints of the decision
+    /// log's head, published in the host cluster (docs/decision-log.md). Unset, and no
+    /// --checkpoint-key-secret: no checkpoints are signed.
+    #[arg(
+        long,
+        env = "TENANTPLANE_CHECKPOINT_KEY",
+        conflicts_with = "checkpoint_key_secret"
+    )]
+    pub checkpoint_key: Option<std::path::PathBuf>,
+    /// The checkpoint key from a Secret of the host cluster, NAMESPACE/NAME, its `ed25519.pem`
+    /// entry.
+    #[arg(long, env = "TENANTPLANE_CHECKPOINT_KEY_SECRET")]
+    pub checkpoint_key_secret: Option<String>,
+    /// Seconds between signed checkpoints (one more is signed at shutdown).
+    #[arg(
+        long,
+        env = "TENANTPLANE_CHECKPOINT_INTERVAL_SECONDS",
+        default_value_t = 60
+    )]
+    pub checkpoint_interval_seconds: u64,
+    /// The log's name in its signed checkpoints (an auditor checks it is the log they mean).
+    #[arg(
+        long,
+        env = "TENANTPLANE_CHECKPOINT_ORIGIN",
+        default_value = "tenantplane"
+    )]
+    pub checkpoint_origin: String,
+    /// Namespace of the ConfigMap the checkpoints are published in (the syncer's own).
+    #[arg(
+        long,
+        env = "TENANTPLANE_CHECKPOINT_NAMESPACE",
+        default_value = "tenantplane-system"
+    )]
+    pub checkpoint_namespace: String,
     /// TLS to the planner and isolation-compiler services.
     #[command(flatten)]
     pub client_tls: ClientTlsArgs,
@@ -165,6 +200,35 @@ pub async fn serve(args: Args) -> anyhow::Result<()> {
             Duration::from_secs(args.shard_lease_seconds),
             Duration::from_secs(args.shard_renew_seconds),
         )?);
+    }
+    let key = match (&args.checkpoint_key, &args.checkpoint_key_secret) {
+        (Some(path), _) => Some(KeySource::File(path.clone())),
+        (None, Some(secret)) => {
+            let (namespace, name) = secret.split_once('/').with_context(|| {
+                format!("--checkpoint-key-secret {secret:?}: expected NAMESPACE/NAME")
+            })?;
+            Some(KeySource::Secret {
+                namespace: namespace.to_string(),
+                name: name.to_string(),
+            })
+        }
+        (None, None) => None,
+    };
+    if let Some(key) = key {
+        if args.decision_log.is_none() {
+            anyhow::bail!("--checkpoint-key needs --decision-log: it signs that log's head");
+        }
+        let replica = match &args.replica_id {
+            Some(id) => id.clone(),
+            None => default_replica_id()?,
+        };
+        config.checkpoints = Some(CheckpointConfig {
+            key,
+            origin: args.checkpoint_origin.clone(),
+            interval: Duration::from_secs(args.checkpoint_interval_seconds.max(1)),
+            namespace: args.checkpoint_namespace.clone(),
+            replica,
+        });
     }
     let syncer = Syncer::new(config).await?;
     let server = server.with_readiness(syncer.readiness());

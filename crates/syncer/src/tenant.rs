@@ -55,7 +55,9 @@ use crate::metrics::SyncMetrics;
 use crate::planner::{PlanRequest, PlanService};
 use crate::ratelimit::RateLimiter;
 use crate::reconcile::{self, HostWrite, Step};
-use crate::record::{COMPONENT, DecisionLog, DecisionRecorder, TenantLedger, reference_of};
+use crate::record::{
+    COMPONENT, DecisionLog, DecisionRecorder, Recorded, TenantLedger, reference_of,
+};
 use crate::trace;
 
 /// Field manager of every host write.
@@ -157,6 +159,9 @@ pub struct Shared {
     pub planner: Arc<dyn PlanService>,
     /// The durable decision log, when configured.
     pub log: Option<Arc<dyn DecisionLog>>,
+    /// The log's head sequence when this process started: open host actions up to it were
+    /// left by an earlier life of the syncer ([`crate::settle`]).
+    pub log_start: u64,
     /// Batches in flight across all tenants (the global concurrency bound).
     pub permits: Semaphore,
     /// Tuning.
@@ -427,6 +432,14 @@ pub async fn start(
             // deleted tenant objects and delete their host objects.
             let _ = k.tenant.wait_until_ready().await;
             let _ = k.host.wait_until_ready().await;
+        }
+        if let Some(log) = &w.shared.log {
+            let tenant = &w.placement.tenant;
+            if let Err(e) =
+                crate::settle::settle_tenant(log, &w.shared.host, tenant, w.shared.log_start).await
+            {
+                tracing::warn!(tenant = %tenant, error = %e, "settling open host actions failed");
+            }
         }
         w.enqueue_all();
         let _ = ready_tx.send(true);
@@ -1084,6 +1097,7 @@ impl Worker {
         // The span describes what the evaluation concluded; a recorded decision is described
         // by the recorder, once (an OpenTelemetry span keeps every value set, repeats included).
         let ledger = self.recorder.ledger();
+        let mut recorded = Recorded::default();
         if step.decision.outcome == Outcome::Unchanged && !ledger.seen(&k) {
             // First sight since start of an object already in place: the decision on the host
             // object still explains it; re-recording it on every restart would be noise.
@@ -1091,23 +1105,36 @@ impl Worker {
             ledger.remember(&k, &step.decision, &content);
         } else if !ledger.worth_recording(&k, &step.decision, &content, step.writes()) {
             trace::describe(&span, &step.decision);
-        } else if let Err(e) = self
-            .recorder
-            .record(
-                &k,
-                &step.decision,
-                &content,
-                Some(reference_of(&object.object)),
-                started,
-            )
-            .await
-        {
-            tracing::warn!(error = %e, "decision not recorded; nothing written, retrying");
-            self.backoff(key);
-            return;
+        } else {
+            match self
+                .recorder
+                .record(
+                    &k,
+                    &step.decision,
+                    &content,
+                    Some(reference_of(&object.object)),
+                    started,
+                )
+                .await
+            {
+                Ok(r) => recorded = r,
+                Err(e) => {
+                    tracing::warn!(error = %e, "decision not recorded; nothing written, retrying");
+                    self.backoff(key);
+                    return;
+                }
+            }
         }
         if !self
-            .write(key, &k, &step, &content, Some(&object.object), started)
+            .write(
+                key,
+                &k,
+                &step,
+                recorded,
+                &content,
+                Some(&object.object),
+                started,
+            )
             .await
         {
             return;
@@ -1133,12 +1160,15 @@ impl Worker {
         self.succeeded(key);
     }
 
-    /// Performs the step's host write. Returns false when the key was requeued.
+    /// Performs the step's host write; confirms its recorded action carried out, or records
+    /// why it was not. Returns false when the key was requeued.
+    #[allow(clippy::too_many_arguments)]
     async fn write(
         &self,
         key: &Key,
         k: &str,
         step: &Step,
+        recorded: Recorded,
         content: &str,
         tenant_object: Option<&Value>,
         started: Instant,
@@ -1182,6 +1212,7 @@ impl Worker {
                         .insert(at.clone(), w);
                 }
                 in_flight().remove(&at);
+                self.recorder.carried_out(recorded);
                 true
             }
             Err(e) => {
@@ -1320,16 +1351,22 @@ impl Worker {
             return;
         };
         async {
-            if let Err(e) = self
+            let recorded = match self
                 .recorder
                 .record(&k, &step.decision, "", None, started)
                 .await
             {
-                tracing::warn!(error = %e, "decision not recorded; nothing deleted, retrying");
-                self.backoff(key);
-                return;
-            }
-            if self.write(key, &k, &step, "", None, started).await {
+                Ok(recorded) => recorded,
+                Err(e) => {
+                    tracing::warn!(error = %e, "decision not recorded; nothing deleted, retrying");
+                    self.backoff(key);
+                    return;
+                }
+            };
+            if self
+                .write(key, &k, &step, recorded, "", None, started)
+                .await
+            {
                 self.recorder.ledger().forget(&k);
                 self.succeeded(key);
             }

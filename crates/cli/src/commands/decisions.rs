@@ -54,6 +54,11 @@ pub struct Args {
     /// After printing, watch for new decisions.
     #[arg(short, long)]
     watch: bool,
+    /// Instead: the open host actions (--db only), decisions recording a create, update or
+    /// delete whose write is not confirmed and that no later decision closes; of --tenant, or
+    /// of every tenant. Right after a crash they are the writes the syncer may not have made.
+    #[arg(long, conflicts_with_all = ["watch", "subject", "host", "outcome", "rule", "since", "until"])]
+    open: bool,
     /// Output format.
     #[arg(short, long, value_enum, default_value = "table")]
     output: Format,
@@ -100,6 +105,20 @@ async fn run_async(args: &Args) -> anyhow::Result<ExitCode> {
         until: args.until,
     };
     let mut source = DecisionSource::connect(&args.source).await?;
+    if args.open {
+        let DecisionSource::Store(store) = &source else {
+            anyhow::bail!("--open reads the log database: give --db");
+        };
+        let open = store.open_actions(args.tenant.clone()).await?;
+        let mut printer = Printer::new(args.output).with_trace_url(args.trace_url.clone());
+        for e in &open {
+            printer.print(e)?;
+        }
+        if open.is_empty() && args.output == Format::Table {
+            println!("no open host actions");
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
     let mut newest = source.query(&filter, args.limit, true).await?;
     newest.reverse();
     let last = newest.last().map(|e| e.sequence);
@@ -198,6 +217,10 @@ impl Printer {
                 let d = &e.decision;
                 let [subject, host, rule] = table_columns(d);
                 let trace_id = d.trace_id.as_deref().unwrap_or("-");
+                let reason = match &d.closes {
+                    Some(closed) => format!("{} (closes {closed})", d.reason),
+                    None => d.reason.clone(),
+                };
                 let link = self
                     .trace_url
                     .link_opt(d.trace_id.as_deref())
@@ -212,7 +235,7 @@ impl Printer {
                     host,
                     rule,
                     trace_id,
-                    d.reason,
+                    reason,
                     link
                 );
             }

@@ -155,6 +155,16 @@ async fn run_async(args: &Args) -> anyhow::Result<ExitCode> {
         .await?
         .unwrap_or_else(|| tenantplane_isolation::DEFAULT_SYNCER_USERNAME.to_string());
 
+    // The syncer signs checkpoints of the log's head with a key of the data directory (made
+    // on the first start) and publishes them in its namespace of the host cluster.
+    let checkpoint_key = data.join("checkpoint.key");
+    if !checkpoint_key.exists() {
+        let (private, public) = tenantplane_decision_log::signed::generate_key()?;
+        super::audit::write_private(&checkpoint_key, &private)?;
+        std::fs::write(data.join("checkpoint.pub"), public).context("writing checkpoint.pub")?;
+    }
+    ensure_namespace(&host, CHECKPOINT_NAMESPACE).await?;
+
     // The services, as separate processes of this executable.
     let log_url = format!("sqlite:{}", data.join("decisions.db").display());
     let head = log_head(&log_url).await?;
@@ -194,6 +204,9 @@ async fn run_async(args: &Args) -> anyhow::Result<ExitCode> {
                 format!("--planner=http://{}", ports.addr(1)),
                 format!("--isolation-compiler=http://{}", ports.addr(11)),
                 format!("--decision-log={log_url}"),
+                format!("--checkpoint-key={}", checkpoint_key.display()),
+                format!("--checkpoint-namespace={CHECKPOINT_NAMESPACE}"),
+                "--checkpoint-interval-seconds=10".to_string(),
             ],
         ),
     ]);
@@ -509,6 +522,9 @@ async fn apply(client: &kube::Client, value: Value, patience: Patience) -> anyho
     Ok(())
 }
 
+/// Where the syncer publishes its signed checkpoints.
+const CHECKPOINT_NAMESPACE: &str = "tenantplane-system";
+
 fn print_banner(ports: &Ports, data: &Path) {
     let d = data.display();
     eprintln!(
@@ -518,7 +534,7 @@ fn print_banner(ports: &Ports, data: &Path) {
          \x20 tenant cluster:  kubectl --kubeconfig {d}/tenant.kubeconfig get pods -A\n\
          \x20 decisions:       tenantplane decisions --server http://{syncer}\n\
          \x20 why:             tenantplane why --host-kubeconfig {d}/host.kubeconfig --server http://{syncer} KIND/NAMESPACE/NAME\n\
-         \x20 audit:           tenantplane audit verify --db {d}/decisions.db\n\
+         \x20 audit:           KUBECONFIG={d}/host.kubeconfig tenantplane audit verify --db {d}/decisions.db --checkpoints-from-cluster --public-key {d}/checkpoint.pub\n\
          \x20 service logs:    {d}/logs/\n\
          Decisions as the syncer records them (Ctrl-C stops everything):",
         planner = ports.addr(1),

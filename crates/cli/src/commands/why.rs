@@ -115,6 +115,10 @@ struct Explanation {
     unrecorded: Option<UnrecordedFate>,
     /// How many decisions the log holds about the object (up to the lookup limit).
     decisions: usize,
+    /// The decisions of its history that close a recorded host action that was not carried
+    /// out (a failed or refused write, a syncer stopped before it), newest first.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    not_carried_out: Vec<Entry>,
     /// What does not add up, e.g. a decision id on the object that the log does not have.
     problems: Vec<String>,
 }
@@ -276,6 +280,7 @@ async fn explain_tenant_object(
         created_by: creation(&history, latest.sequence),
         unrecorded: None,
         decisions: history.len(),
+        not_carried_out: closings(&history),
         last_changed_by: Some(latest),
         problems: Vec::new(),
     })
@@ -455,6 +460,7 @@ async fn explain_host_object(args: &Args, target: &ObjectRef) -> anyhow::Result<
         last_changed_by: None,
         unrecorded: None,
         decisions: 0,
+        not_carried_out: Vec::new(),
         problems: Vec::new(),
     };
     let mark = |key: &str| marks.get(key).cloned().unwrap_or_default();
@@ -505,6 +511,7 @@ async fn explain_host_object(args: &Args, target: &ObjectRef) -> anyhow::Result<
     };
     let history = log.query(&filter, HISTORY, true).await?;
     explanation.decisions = history.len();
+    explanation.not_carried_out = closings(&history);
     let decision_id = mark(provenance::DECISION_ID);
     let last = if decision_id.is_empty() {
         explanation.problems.push(format!(
@@ -531,6 +538,15 @@ async fn explain_host_object(args: &Args, target: &ObjectRef) -> anyhow::Result<
     }
     explanation.last_changed_by = last;
     Ok(explanation)
+}
+
+/// The decisions of `history` that close one whose host action was not carried out.
+fn closings(history: &[Entry]) -> Vec<Entry> {
+    history
+        .iter()
+        .filter(|e| e.decision.closes.is_some())
+        .cloned()
+        .collect()
 }
 
 /// The decision that created the current incarnation: the newest Create at or before
@@ -681,6 +697,19 @@ fn render(e: &Explanation, trace_url: &TraceUrl) -> String {
             "History", e.decisions
         ));
     }
+    for c in &e.not_carried_out {
+        let d = &c.decision;
+        out.push_str(&format!(
+            "{:<16}decision {} ({} not made): closed by decision {} (#{}), {}: {}\n",
+            "Not carried out",
+            d.closes.as_deref().unwrap_or_default(),
+            d.action.as_str(),
+            d.id,
+            c.sequence,
+            d.reason,
+            d.message
+        ));
+    }
     for p in &e.problems {
         out.push_str(&format!("{:<16}{p}\n", "PROBLEM"));
     }
@@ -724,6 +753,12 @@ fn render_decision(out: &mut String, label: &str, entry: &Entry, trace_url: &Tra
         );
     }
     line("  reason", format!("{}: {}", d.reason, d.message));
+    if let Some(closed) = &d.closes {
+        line(
+            "  closes",
+            format!("decision {closed}: its host action was not carried out"),
+        );
+    }
     if let Some(field) = &d.field_path {
         line("  field", field.clone());
     }

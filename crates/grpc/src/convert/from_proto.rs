@@ -474,6 +474,7 @@ fn decision_of(field: &str, d: types::Decision) -> Result<Decision, FieldError> 
         component_version: d.component_version,
         trace_id: some_moved(d.trace_id),
         span_id: some_moved(d.span_id),
+        closes: some_moved(d.closes),
     })
 }
 

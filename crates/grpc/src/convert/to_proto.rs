@@ -283,6 +283,7 @@ pub fn decision_of(d: Decision) -> types::Decision {
         component_version: d.component_version,
         trace_id: d.trace_id.unwrap_or_default(),
         span_id: d.span_id.unwrap_or_default(),
+        closes: d.closes.unwrap_or_default(),
     }
 }
 

@@ -1,0 +1,282 @@
+//! Open host actions an earlier life of the syncer left: settled when a Tenant's runtime starts.
+//!
+//! The syncer records a decision before its host write (write-ahead), so a syncer that stops
+//! between the two leaves a recorded create, update or delete that never happened. The log keeps
+//! such decisions open ([`DecisionStore::open_actions`]) until the write is confirmed or a later
+//! decision closes them. When a Tenant's runtime starts, before any of its objects is decided,
+//! each open action of the Tenant recorded before this process started is compared with the host
+//! object it targets:
+//!
+//! - create or update: the host object carries the decision's id, or the id of a decision
+//!   recorded after it, → carried out (confirmed);
+//! - delete: the host object is gone, or carries the id of a decision recorded after it, →
+//!   carried out;
+//! - otherwise → not carried out: a decision of its own closes it (outcome Failed, reason
+//!   `NotCarriedOut`, `closes` = its id), and the object is decided again as usual.
+//!
+//! Actions recorded by this process are not looked at: their writes may be in flight.
+
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use kube::api::{Api, DynamicObject};
+use kube::core::GroupVersionKind;
+use serde_json::Value;
+use tenantplane_api::provenance;
+use tenantplane_core::decision::{Decision, HostAction, HostTarget, Outcome};
+use tenantplane_decision_log::{DecisionStore, Entry};
+use tracing::Instrument as _;
+
+use crate::record::{COMPONENT, DecisionLog};
+use crate::trace;
+
+/// What the host shows of an open action.
+#[derive(Debug, PartialEq, Eq)]
+enum Found {
+    /// The action took effect.
+    CarriedOut,
+    /// It did not; why, in the closing decision's words.
+    NotCarriedOut(String),
+}
+
+/// Settles the open actions of `tenant` recorded at or before sequence `before` (the log's head
+/// when this process started). Returns how many were closed as not carried out.
+pub async fn settle_tenant(
+    log: &Arc<dyn DecisionLog>,
+    host: &kube::Client,
+    tenant: &str,
+    before: u64,
+) -> anyhow::Result<usize> {
+    let Some(store) = log.store() else {
+        return Ok(0);
+    };
+    let open = store
+        .open_actions(Some(tenant.to_string()))
+        .await
+        .with_context(|| format!("reading the open host actions of tenant {tenant}"))?;
+    let mut closed = 0;
+    for entry in open.into_iter().filter(|e| e.sequence <= before) {
+        let d = &entry.decision;
+        let Some(target) = &d.target else {
+            log.carried_out(entry.sequence);
+            continue;
+        };
+        let host_object = match get(host, target).await {
+            Ok(found) => found,
+            Err(e) => {
+                tracing::warn!(decision.id = %d.id, error = %e,
+                    "cannot read the host object of an open action; it stays open");
+                continue;
+            }
+        };
+        match found(&*store, &entry, host_object.as_ref()).await? {
+            Found::CarriedOut => log.carried_out(entry.sequence),
+            Found::NotCarriedOut(why) => {
+                let span = trace::follow_up_span(d);
+                let closing = not_carried_out(d, &why, trace::stamp_in(&span, COMPONENT));
+                log.append(&closing).instrument(span).await.map_err(|e| {
+                    anyhow::anyhow!("recording that {} was not carried out: {e}", d.id)
+                })?;
+                tracing::info!(decision.id = %closing.id, closes = %d.id, tenant,
+                    "a recorded host action was not carried out: closed");
+                closed += 1;
+            }
+        }
+    }
+    Ok(closed)
+}
+
+/// Whether the open action of `entry` took effect, given the host object at its target now.
+async fn found(
+    store: &dyn DecisionStore,
+    entry: &Entry,
+    host: Option<&Value>,
+) -> anyhow::Result<Found> {
+    let d = &entry.decision;
+    let carried = host.and_then(|h| {
+        h.pointer(&format!(
+            "/metadata/annotations/{}",
+            provenance::DECISION_ID.replace('/', "~1")
+        ))
+        .and_then(Value::as_str)
+    });
+    if carried == Some(d.id.as_str()) {
+        return Ok(Found::CarriedOut);
+    }
+    // A later decision's id on the host means this one was done with before it was taken.
+    if let Some(other) = carried
+        && let Some(later) = store.get(other.to_string()).await?
+        && later.sequence > entry.sequence
+    {
+        return Ok(Found::CarriedOut);
+    }
+    let target = d.target.as_ref().map(place).unwrap_or_default();
+    Ok(match (d.action, host, carried) {
+        (HostAction::Delete, None, _) => Found::CarriedOut,
+        (_, None, _) => Found::NotCarriedOut(format!("{target} does not exist")),
+        (_, Some(_), Some(other)) => {
+            Found::NotCarriedOut(format!("{target} carries decision {other}"))
+        }
+        (_, Some(_), None) => Found::NotCarriedOut(format!("{target} carries no decision id")),
+    })
+}
+
+fn place(t: &HostTarget) -> String {
+    if t.namespace.is_empty() {
+        format!("host {} {}", t.kind, t.name)
+    } else {
+        format!("host {} {}/{}", t.kind, t.namespace, t.name)
+    }
+}
+
+/// The decision closing `decision`, whose host action was not carried out.
+fn not_carried_out(
+    decision: &Decision,
+    why: &str,
+    stamp: tenantplane_core::decision::Stamp,
+) -> Decision {
+    let mut d = decision.clone();
+    d.id = stamp.id;
+    d.time = stamp.time;
+    d.component = stamp.component;
+    d.component_version = stamp.component_version;
+    d.trace_id = stamp.trace_id;
+    d.span_id = stamp.span_id;
+    d.outcome = Outcome::Failed;
+    d.reason = "NotCarriedOut".into();
+    d.message = format!(
+        "the {} recorded by decision {} was not carried out: the syncer stopped before making \
+         it ({why}); the object is decided again",
+        decision.action.as_str(),
+        decision.id
+    );
+    d.closes = Some(decision.id.clone());
+    d
+}
+
+/// The host object at `target`, if any (its kind found by discovery).
+async fn get(host: &kube::Client, target: &HostTarget) -> anyhow::Result<Option<Value>> {
+    let (group, version) = match target.api_version.split_once('/') {
+        Some((g, v)) => (g, v),
+        None => ("", target.api_version.as_str()),
+    };
+    let gvk = GroupVersionKind::gvk(group, version, &target.kind);
+    let (resource, _) = kube::discovery::pinned_kind(host, &gvk)
+        .await
+        .with_context(|| format!("discovering {}/{}", target.api_version, target.kind))?;
+    let api: Api<DynamicObject> = if target.namespace.is_empty() {
+        Api::all_with(host.clone(), &resource)
+    } else {
+        Api::namespaced_with(host.clone(), &target.namespace, &resource)
+    };
+    let object = api.get_opt(&target.name).await?;
+    Ok(object.map(|o| serde_json::to_value(o).unwrap_or_default()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+    use tenantplane_core::decision::{Stamp, Subject};
+
+    fn create(id: &str) -> Decision {
+        Decision {
+            id: id.into(),
+            time: k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+            tenant: "acme".into(),
+            subject: Subject {
+                api_version: "v1".into(),
+                kind: "ConfigMap".into(),
+                namespace: "web".into(),
+                name: "cfg".into(),
+                uid: "u".into(),
+                resource_version: "1".into(),
+            },
+            target: Some(HostTarget {
+                api_version: "v1".into(),
+                kind: "ConfigMap".into(),
+                namespace: "tenant-acme".into(),
+                name: "cfg-x-web".into(),
+            }),
+            outcome: Outcome::Synced,
+            action: HostAction::Create,
+            policy: None,
+            profile: None,
+            reason: "DefaultSync".into(),
+            message: "m".into(),
+            field_path: None,
+            stripped_keys: vec![],
+            input_digest: String::new(),
+            mapping_version: "v1".into(),
+            component: COMPONENT.into(),
+            component_version: "0".into(),
+            trace_id: None,
+            span_id: None,
+            closes: None,
+        }
+    }
+
+    fn host(id: &str) -> Value {
+        json!({"metadata": {"annotations": {provenance::DECISION_ID: id}}})
+    }
+
+    #[tokio::test]
+    async fn an_open_create_is_carried_out_only_when_the_host_shows_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = tenantplane_decision_log::open(&format!(
+            "sqlite:{}",
+            dir.path().join("l.db").display()
+        ))
+        .await
+        .unwrap();
+        let (first, later) = (create("first"), create("later"));
+        store
+            .append_batch(vec![first.clone(), later.clone()])
+            .await
+            .unwrap();
+        let open = store.open_actions(None).await.unwrap();
+        let (first_entry, later_entry) = (&open[0], &open[1]);
+        assert_eq!(
+            found(&*store, first_entry, Some(&host("first")))
+                .await
+                .unwrap(),
+            Found::CarriedOut
+        );
+        // The host carries a later decision's id: the first was done with before it.
+        assert_eq!(
+            found(&*store, first_entry, Some(&host("later")))
+                .await
+                .unwrap(),
+            Found::CarriedOut
+        );
+        // The host carries an earlier decision's id, or nothing is there: not carried out.
+        assert_eq!(
+            found(&*store, later_entry, Some(&host("first")))
+                .await
+                .unwrap(),
+            Found::NotCarriedOut(
+                "host ConfigMap tenant-acme/cfg-x-web carries decision first".into()
+            )
+        );
+        assert_eq!(
+            found(&*store, later_entry, None).await.unwrap(),
+            Found::NotCarriedOut("host ConfigMap tenant-acme/cfg-x-web does not exist".into())
+        );
+        let closing = not_carried_out(&later, "gone", Stamp::now(COMPONENT));
+        assert_eq!(
+            (
+                closing.outcome,
+                closing.reason.as_str(),
+                closing.closes.as_deref()
+            ),
+            (Outcome::Failed, "NotCarriedOut", Some("later"))
+        );
+        assert!(
+            closing
+                .message
+                .contains("create recorded by decision later"),
+            "{}",
+            closing.message
+        );
+    }
+}
