@@ -335,6 +335,7 @@ async fn explain_unrecorded(
         isolation: None,
         created_by: None,
         last_changed_by: None,
+        not_carried_out: Vec::new(),
         unrecorded: None,
         decisions: 0,
         problems: Vec::new(),
