@@ -328,7 +328,7 @@ async fn up_restarts_each_service_killed_and_sync_goes_on() {
         }
     });
     let mut decisions = decision_lines(&mut up);
-    wait_for_decisions(&mut decisions, &[("Pod/shop/web-7d4b9c-x2x9q", "Synced")]).await;
+    wait_for_decisions(&mut decisions, &[("Service/shop/web", "Synced")]).await;
 
     let tenant = client(&data.path().join("tenant.kubeconfig")).await;
     let host = client(&data.path().join("host.kubeconfig")).await;
