@@ -20,8 +20,6 @@ pub struct Validation {
     pub message: String,
     /// `Forbidden`, `Invalid`, `Unauthorized` or `RequestEntityTooLarge`.
     pub reason: &'static str,
-    /// The offending field, as a JSONPath the API server accepts (`spec.hostNetwork`).
-    pub field_path: Option<String>,
 }
 
 /// A policy spec that fails closed (`failurePolicy: Fail`): `match_constraints` as given,
@@ -35,11 +33,7 @@ pub fn policy_spec(
         "failurePolicy": "Fail",
         "matchConstraints": match_constraints,
         "validations": validations.iter().map(|v| {
-            let mut out = json!({ "expression": v.expression, "message": v.message, "reason": v.reason });
-            if let Some(path) = &v.field_path {
-                out["fieldPath"] = json!(path);
-            }
-            out
+            json!({ "expression": v.expression, "message": v.message, "reason": v.reason })
         }).collect::<Vec<_>>(),
     });
     if !match_conditions.is_empty() {

@@ -22,7 +22,7 @@ use crate::object::TenantObject;
 mod admission;
 mod direct;
 
-pub use admission::{AtApply, NAME_PREFIX as ADMISSION_NAME_PREFIX, RuleAdmission, TenantAdmission};
+pub use admission::{AtApply, RuleAdmission, TenantAdmission};
 
 /// The policy tenantplane ships: rejects the host-escape classics and syncs the usual kinds.
 pub const DEFAULT_POLICY_YAML: &str = include_str!("policy/default.yaml");

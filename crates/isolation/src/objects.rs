@@ -394,7 +394,6 @@ impl Target {
             expression,
             message,
             reason: "Forbidden",
-            field_path: None,
         };
         let policy = Draft::new(
             admission::API_VERSION,

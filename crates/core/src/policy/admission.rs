@@ -2,8 +2,9 @@
 //! plane, so that a tenant's `kubectl apply` of an object the host would refuse fails at once,
 //! with the rule's name, reason and message.
 //!
-//! Each Reject rule becomes one policy (`tenantplane-sync-<rule>`) and its binding, with the
-//! rule's meaning carried over exactly:
+//! Each Reject rule becomes one policy (`tenantplane-<tenant>-<rule>`, labelled with the Tenant, so
+//! that Tenants sharing a control plane keep apart) and its binding, with the rule's meaning
+//! carried over exactly:
 //!
 //! | SyncPolicy rule            | ValidatingAdmissionPolicy                                          |
 //! |----------------------------|--------------------------------------------------------------------|
@@ -14,7 +15,7 @@
 //! | first match wins           | a matchCondition per earlier rule that could match the same object: |
 //! |                            | `earlier-rule.tenantplane.io/<rule>` is the negation of its match   |
 //! | `conditions`               | one validation: `!(c1 && c2 ...)`, failing closed like the host     |
-//! | `reason`, `message`, `fieldPath` | the validation's message (`<reason>: <message> (...)`), `fieldPath` |
+//! | `reason`, `message`, `fieldPath` | the validation's message: `<reason>: <message> (SyncPolicy <p>, rule <r>, field <f>)` |
 //! | `admission`                | the binding's `validationActions` (Deny, Warn or Audit)            |
 //!
 //! A rule whose conditions read `object.status` (written by the tenant's controllers after
@@ -32,9 +33,6 @@ use tenantplane_api::sync_policy::{AdmissionAction, RuleMatch, SyncRule};
 use tenantplane_api::{SyncAction, admission, provenance};
 
 use super::{CompiledPolicy, CompiledRule, Verdict};
-
-/// Name prefix of every tenant-side admission object.
-pub const NAME_PREFIX: &str = "tenantplane-sync-";
 
 /// At most this many matchConditions per policy (the API server's limit).
 const MAX_MATCH_CONDITIONS: usize = 64;
@@ -158,9 +156,9 @@ impl TenantAdmission {
 }
 
 impl CompiledPolicy {
-    /// This policy's Reject rules as ValidatingAdmissionPolicies and bindings for a tenant
-    /// control plane. Pure and deterministic.
-    pub fn tenant_admission(&self) -> TenantAdmission {
+    /// This policy's Reject rules as ValidatingAdmissionPolicies and bindings for the control
+    /// plane of the Tenant `tenant`. Pure and deterministic.
+    pub fn tenant_admission(&self, tenant: &str) -> TenantAdmission {
         let mut rules = Vec::new();
         let mut drafts = Vec::new();
         for (i, compiled) in self.rules.iter().enumerate() {
@@ -169,7 +167,7 @@ impl CompiledPolicy {
                 continue;
             }
             let action = rule.admission.unwrap_or_default();
-            match self.admission_policy(i) {
+            match self.admission_policy(tenant, i) {
                 Ok(draft) => {
                     rules.push(RuleAdmission {
                         rule: rule.name.clone(),
@@ -202,7 +200,7 @@ impl CompiledPolicy {
             let metadata = |annotations: &BTreeMap<&str, String>| {
                 json!({
                     "name": draft.name,
-                    "labels": { provenance::MANAGED: "true" },
+                    "labels": { provenance::MANAGED: "true", provenance::TENANT: tenant },
                     "annotations": annotations,
                 })
             };
@@ -232,7 +230,7 @@ impl CompiledPolicy {
     }
 
     /// The policy of the Reject rule at `index`, or why it is enforced on the host side only.
-    fn admission_policy(&self, index: usize) -> Result<Draft, String> {
+    fn admission_policy(&self, tenant: &str, index: usize) -> Result<Draft, String> {
         let compiled = &self.rules[index];
         let rule = &compiled.rule;
         for (name, program) in &compiled.conditions {
@@ -299,7 +297,6 @@ impl CompiledPolicy {
         } else {
             format!("!({})", conjunction(rule))
         };
-        let field_path = rule.field_path.as_deref().map(|p| p.replace("[]", "[*]"));
         let message = format!(
             "{}: {} (SyncPolicy {}, rule {}{})",
             rule.reason,
@@ -320,10 +317,9 @@ impl CompiledPolicy {
             expression,
             message,
             reason: "Forbidden",
-            field_path,
         };
         Ok(Draft {
-            name: format!("{NAME_PREFIX}{}", rule.name),
+            name: format!("tenantplane-{tenant}-{}", rule.name),
             rule: rule.name.clone(),
             spec: admission::policy_spec(constraints, &conditions, &[validation]),
         })
@@ -542,11 +538,11 @@ mod tests {
     #[test]
     fn every_reject_rule_of_the_default_policy_becomes_a_policy_and_binding_with_provenance() {
         let compiled = CompiledPolicy::builtin_default();
-        let a = compiled.tenant_admission();
+        let a = compiled.tenant_admission("acme");
         assert_eq!(a.rules.len(), 10);
         assert!(a.rules.iter().all(|r| r.admission_policy.is_some()));
         assert_eq!(a.objects.len(), 20);
-        let vap = find(&a, "ValidatingAdmissionPolicy", "tenantplane-sync-no-host-network");
+        let vap = find(&a, "ValidatingAdmissionPolicy", "tenantplane-acme-no-host-network");
         assert_eq!(vap["metadata"]["labels"][provenance::MANAGED], "true");
         let annotations = &vap["metadata"]["annotations"];
         assert_eq!(annotations[provenance::SYNC_POLICY], "tenantplane-default");
@@ -558,7 +554,6 @@ mod tests {
                 "expression": "!((has(object.spec.hostNetwork) && object.spec.hostNetwork == true))",
                 "message": "HostNetworkForbidden: a tenant pod may not share the node's network namespace (SyncPolicy tenantplane-default, rule no-host-network, field spec.hostNetwork)",
                 "reason": "Forbidden",
-                "fieldPath": "spec.hostNetwork",
             })
         );
         assert_eq!(
@@ -569,22 +564,20 @@ mod tests {
         let binding = find(
             &a,
             "ValidatingAdmissionPolicyBinding",
-            "tenantplane-sync-no-host-network",
+            "tenantplane-acme-no-host-network",
         );
         assert_eq!(binding["spec"]["validationActions"], json!(["Deny"]));
-        assert_eq!(binding["spec"]["policyName"], "tenantplane-sync-no-host-network");
+        assert_eq!(binding["spec"]["policyName"], "tenantplane-acme-no-host-network");
         // First match wins: a later rule does not decide what an earlier rule matches.
-        let host_pid = find(&a, "ValidatingAdmissionPolicy", "tenantplane-sync-no-host-pid");
+        let host_pid = find(&a, "ValidatingAdmissionPolicy", "tenantplane-acme-no-host-pid");
         assert_eq!(
             host_pid["spec"]["matchConditions"][1],
             json!({"name": "earlier-rule.tenantplane.io/no-host-network",
                    "expression": "!((has(object.spec.hostNetwork) && object.spec.hostNetwork == true))"})
         );
         // Service rules are not held back by Pod rules.
-        let node_port = find(&a, "ValidatingAdmissionPolicy", "tenantplane-sync-no-node-port-services");
+        let node_port = find(&a, "ValidatingAdmissionPolicy", "tenantplane-acme-no-node-port-services");
         assert_eq!(node_port["spec"]["matchConditions"].as_array().unwrap().len(), 1);
-        let volumes = find(&a, "ValidatingAdmissionPolicy", "tenantplane-sync-no-host-path-volumes");
-        assert_eq!(volumes["spec"]["validations"][0]["fieldPath"], "spec.volumes[*].hostPath");
     }
 
     #[test]
@@ -595,10 +588,10 @@ mod tests {
             {"name": "audited", "match": {"kinds": ["Service"]},
              "action": "Reject", "reason": "R", "fieldPath": "spec", "admission": "Audit"},
         ]));
-        let a = p.tenant_admission();
-        let binding = find(&a, "ValidatingAdmissionPolicyBinding", "tenantplane-sync-warned");
+        let a = p.tenant_admission("acme");
+        let binding = find(&a, "ValidatingAdmissionPolicyBinding", "tenantplane-acme-warned");
         assert_eq!(binding["spec"]["validationActions"], json!(["Warn"]));
-        let binding = find(&a, "ValidatingAdmissionPolicyBinding", "tenantplane-sync-audited");
+        let binding = find(&a, "ValidatingAdmissionPolicyBinding", "tenantplane-acme-audited");
         assert_eq!(binding["spec"]["validationActions"], json!(["Audit"]));
         let pod = TenantObject::from_value(json!({"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": "x", "namespace": "default"}, "spec": {"hostPID": true}}))
@@ -607,7 +600,7 @@ mod tests {
         assert_eq!(verdict.action, SyncAction::Reject, "the host refuses");
         assert_eq!(
             a.at_apply(&verdict),
-            Some(AtApply::Warned { admission_policy: "tenantplane-sync-warned".into() })
+            Some(AtApply::Warned { admission_policy: "tenantplane-acme-warned".into() })
         );
     }
 
@@ -622,7 +615,7 @@ mod tests {
                 "conditions": [{"name": "c", "expression": "object.spec.hostPID == true"}]},
              "action": "Reject", "reason": "HostPID", "fieldPath": "spec.hostPID"},
         ]));
-        let a = p.tenant_admission();
+        let a = p.tenant_admission("acme");
         assert_eq!(
             a.rules[0].host_side_only.as_deref(),
             Some("its condition phase reads object.status, which the tenant's controllers write after admission")
@@ -649,8 +642,8 @@ mod tests {
             {"name": "late", "match": {"conditions": [{"name": "phase", "expression": "object.status.phase == 'Failed'"}]},
              "action": "Reject", "reason": "Late", "fieldPath": "status.phase"},
         ]));
-        let a = p.tenant_admission();
-        let vap = find(&a, "ValidatingAdmissionPolicy", "tenantplane-sync-no-host-pid");
+        let a = p.tenant_admission("acme");
+        let vap = find(&a, "ValidatingAdmissionPolicy", "tenantplane-acme-no-host-pid");
         assert_eq!(
             vap["spec"]["matchConditions"],
             json!([
@@ -674,7 +667,7 @@ mod tests {
                 "conditions": [{"name": "c", "expression": "object.spec.hostPID == true"}]},
              "action": "Reject", "reason": "HostPID", "fieldPath": "spec.hostPID"},
         ]));
-        let a = p.tenant_admission();
+        let a = p.tenant_admission("acme");
         assert!(a.objects.is_empty());
         assert_eq!(
             a.rules[0].host_side_only.as_deref(),
