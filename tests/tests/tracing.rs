@@ -139,7 +139,16 @@ async fn each_decision_is_one_span_with_the_planner_compiler_and_host_calls_as_c
     )
     .await
     .unwrap();
-    let t = env.create_tenant("traced", Some(&profile)).await.unwrap();
+    // The host-network pod below is admitted by the tenant control plane (audited) and refused
+    // on the host side.
+    let policy = env.audited_default_policy().await.unwrap();
+    let t = env
+        .create_tenant_with(
+            "traced",
+            json!({"isolationProfileRef": profile, "syncPolicyRef": policy}),
+        )
+        .await
+        .unwrap();
     let ns = env.tenant_namespace("shop").await.unwrap();
     let c = &env.tenant_cp.client;
     for i in 0..4 {
