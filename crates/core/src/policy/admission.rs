@@ -69,7 +69,8 @@ pub struct RuleAdmission {
 }
 
 /// What the tenant control plane does, at apply time, with an object the host refuses.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "atApply", rename_all = "camelCase", rename_all_fields = "camelCase")]
 pub enum AtApply {
     /// The create or update fails.
     Refused {
@@ -114,34 +115,38 @@ impl std::fmt::Display for AtApply {
 
 impl TenantAdmission {
     /// What the tenant control plane would have done when the object `verdict` is about was
-    /// applied (a ValidatingAdmissionPolicy refuses what the rule refuses, an evaluation error
-    /// included, as its failurePolicy is Fail); `None` when the host does not refuse it.
+    /// applied; `None` when the host does not refuse it.
     pub fn at_apply(&self, verdict: &Verdict) -> Option<AtApply> {
-        if verdict.action != SyncAction::Reject {
-            return None;
-        }
-        let Some(rule) = &verdict.rule else {
-            return Some(AtApply::Admitted {
+        (verdict.action == SyncAction::Reject).then(|| self.refused_by(verdict.rule.as_deref()))
+    }
+
+    /// What the tenant control plane does, at apply time, with an object the host refuses by
+    /// `rule` (`None`: the policy default): the rule's ValidatingAdmissionPolicy acts on it (an
+    /// evaluation error included, as its failurePolicy is Fail), unless the rule is enforced on
+    /// the host side only.
+    pub fn refused_by(&self, rule: Option<&str>) -> AtApply {
+        let Some(rule) = rule else {
+            return AtApply::Admitted {
                 why: "the policy default refuses it, and defaults are enforced on the host side"
                     .into(),
-            });
+            };
         };
-        let Some(compiled) = self.rules.iter().find(|r| &r.rule == rule) else {
-            return Some(AtApply::Admitted {
+        let Some(compiled) = self.rules.iter().find(|r| r.rule == rule) else {
+            return AtApply::Admitted {
                 why: format!("rule {rule} is not a Reject rule, so the host side alone refuses"),
-            });
+            };
         };
         let Some(admission_policy) = compiled.admission_policy.clone() else {
             let why = compiled.host_side_only.clone().unwrap_or_default();
-            return Some(AtApply::Admitted {
+            return AtApply::Admitted {
                 why: format!("rule {rule} is enforced on the host side only ({why})"),
-            });
+            };
         };
-        Some(match compiled.action {
+        match compiled.action {
             AdmissionAction::Deny => AtApply::Refused { admission_policy },
             AdmissionAction::Warn => AtApply::Warned { admission_policy },
             AdmissionAction::Audit => AtApply::Audited { admission_policy },
-        })
+        }
     }
 
     /// The objects as a multi-document YAML stream.
