@@ -476,7 +476,8 @@ impl Env {
     /// refuses: for scenarios about the host-side refusal. Returns its name.
     pub async fn audited_default_policy(&self) -> anyhow::Result<String> {
         let name = self.name("audited-default");
-        let mut policy: Value = serde_norway::from_str(tenantplane_core::policy::DEFAULT_POLICY_YAML)?;
+        let mut policy: Value =
+            serde_norway::from_str(tenantplane_core::policy::DEFAULT_POLICY_YAML)?;
         policy["metadata"] = json!({"name": name});
         for rule in policy["spec"]["rules"].as_array_mut().into_iter().flatten() {
             if rule["action"] == "Reject" {

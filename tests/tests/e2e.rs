@@ -1380,18 +1380,22 @@ async fn an_unavailable_api_group_costs_its_own_kinds_only() {
 
 /// A SyncPolicy of two Reject rules (one denied at admission, one only warned) and a sync rule.
 fn admission_policy(name: &str, with_host_network: bool) -> Value {
-    let mut rules = vec![json!({"name": "no-host-pid", "match": {"groups": [""], "kinds": ["Pod"],
+    let mut rules = vec![
+        json!({"name": "no-host-pid", "match": {"groups": [""], "kinds": ["Pod"],
         "conditions": [{"name": "host-pid", "expression": "has(object.spec.hostPID) && object.spec.hostPID == true"}]},
         "action": "Reject", "reason": "HostPIDForbidden", "fieldPath": "spec.hostPID",
-        "message": "a tenant pod may not see the node's processes", "admission": "Warn"})];
+        "message": "a tenant pod may not see the node's processes", "admission": "Warn"}),
+    ];
     if with_host_network {
         rules.insert(0, json!({"name": "no-host-network", "match": {"groups": [""], "kinds": ["Pod"],
             "conditions": [{"name": "host-network", "expression": "has(object.spec.hostNetwork) && object.spec.hostNetwork == true"}]},
             "action": "Reject", "reason": "HostNetworkForbidden", "fieldPath": "spec.hostNetwork",
             "message": "a tenant pod may not share the node's network namespace"}));
     }
-    rules.push(json!({"name": "sync-pods", "match": {"groups": [""], "kinds": ["Pod"]},
-        "action": "Sync", "reason": "WorkloadKind"}));
+    rules.push(
+        json!({"name": "sync-pods", "match": {"groups": [""], "kinds": ["Pod"]},
+        "action": "Sync", "reason": "WorkloadKind"}),
+    );
     json!({"apiVersion": "tenantplane.io/v1alpha1", "kind": "SyncPolicy", "metadata": {"name": name},
         "spec": {"rules": rules, "default": {"action": "Skip", "reason": "NotSyncedByPolicy"}}})
 }
@@ -1444,12 +1448,25 @@ async fn a_tenant_apply_of_a_refused_pod_fails_at_once_with_the_rule() {
     )
     .await
     .expect("the policy in the tenant control plane");
-    assert_eq!(annotation(&vap, "tenantplane.io/sync-policy"), Some(policy.as_str()));
-    assert_eq!(annotation(&vap, "tenantplane.io/sync-policy-rule"), Some("no-host-network"));
-    assert!(annotation(&vap, "tenantplane.io/sync-policy-revision").is_some_and(|r| r.starts_with("sha256:")));
+    assert_eq!(
+        annotation(&vap, "tenantplane.io/sync-policy"),
+        Some(policy.as_str())
+    );
+    assert_eq!(
+        annotation(&vap, "tenantplane.io/sync-policy-rule"),
+        Some("no-host-network")
+    );
+    assert!(
+        annotation(&vap, "tenantplane.io/sync-policy-revision")
+            .is_some_and(|r| r.starts_with("sha256:"))
+    );
     let id = annotation(&vap, DECISION_ID).expect("the decision that applied it");
     let store = tenantplane_decision_log::open(&url).await.unwrap();
-    let applied = store.get(id.to_string()).await.unwrap().expect("the decision is in the log");
+    let applied = store
+        .get(id.to_string())
+        .await
+        .unwrap()
+        .expect("the decision is in the log");
     assert_eq!(applied.decision.reason, "CompiledFromSyncPolicy");
     assert_eq!(applied.decision.subject.kind, "SyncPolicy");
     let warned = get(
@@ -1478,9 +1495,13 @@ async fn a_tenant_apply_of_a_refused_pod_fails_at_once_with_the_rule() {
         dry_run: true,
         ..Default::default()
     };
-    let as_dynamic = |v: &Value| serde_json::from_value::<kube::api::DynamicObject>(v.clone()).unwrap();
+    let as_dynamic =
+        |v: &Value| serde_json::from_value::<kube::api::DynamicObject>(v.clone()).unwrap();
     eventually("the policy in effect", || async {
-        pods.create(&dry_run, &as_dynamic(&sniffer)).await.is_err().then_some(())
+        pods.create(&dry_run, &as_dynamic(&sniffer))
+            .await
+            .is_err()
+            .then_some(())
     })
     .await;
     let refused = format!("{:#}", create(c, sniffer.clone()).await.unwrap_err());
@@ -1496,7 +1517,11 @@ async fn a_tenant_apply_of_a_refused_pod_fails_at_once_with_the_rule() {
     // Only warned at admission: created, and refused on the host side.
     create(
         c,
-        pod(&ns, "top", json!({"hostPID": true, "containers": [{"name": "app", "image": "top"}]})),
+        pod(
+            &ns,
+            "top",
+            json!({"hostPID": true, "containers": [{"name": "app", "image": "top"}]}),
+        ),
     )
     .await
     .unwrap();
@@ -1515,24 +1540,41 @@ async fn a_tenant_apply_of_a_refused_pod_fails_at_once_with_the_rule() {
     .await
     .unwrap();
     eventually("the pruned admission policy", || async {
-        get(c, "admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy", None, &vap_name)
-            .await
-            .is_none()
-            .then_some(())
+        get(
+            c,
+            "admissionregistration.k8s.io/v1",
+            "ValidatingAdmissionPolicy",
+            None,
+            &vap_name,
+        )
+        .await
+        .is_none()
+        .then_some(())
     })
     .await;
 
     // The Tenant goes, and its admission policies with it.
-    delete(&env.host.client, "tenantplane.io/v1alpha1", "Tenant", None, &t)
-        .await
-        .unwrap();
+    delete(
+        &env.host.client,
+        "tenantplane.io/v1alpha1",
+        "Tenant",
+        None,
+        &t,
+    )
+    .await
+    .unwrap();
     eventually("no admission policy of the Tenant", || async {
-        list(c, "admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy", None)
-            .await
-            .ok()?
-            .iter()
-            .all(|p| p["metadata"]["labels"]["tenantplane.io/tenant"] != json!(t))
-            .then_some(())
+        list(
+            c,
+            "admissionregistration.k8s.io/v1",
+            "ValidatingAdmissionPolicy",
+            None,
+        )
+        .await
+        .ok()?
+        .iter()
+        .all(|p| p["metadata"]["labels"]["tenantplane.io/tenant"] != json!(t))
+        .then_some(())
     })
     .await;
     let _ = std::fs::remove_file(&path);

@@ -65,7 +65,9 @@ pub struct SyncRule {
 }
 
 /// What a Reject rule does at admission in the tenant control plane.
-#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+#[derive(
+    schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, Default,
+)]
 pub enum AdmissionAction {
     /// The tenant's create or update fails with the rule's name, reason and message.
     #[default]

@@ -13,24 +13,45 @@ fn tenantplane(args: &[&str]) -> Output {
 }
 
 fn stdout(out: &Output) -> String {
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8(out.stdout.clone()).unwrap()
 }
 
 #[test]
 fn prints_a_policy_and_binding_per_reject_rule_with_the_rules_admission_action() {
-    let yaml = stdout(&tenantplane(&["--policy", "examples/syncpolicy.yaml", "--tenant", "acme"]));
+    let yaml = stdout(&tenantplane(&[
+        "--policy",
+        "examples/syncpolicy.yaml",
+        "--tenant",
+        "acme",
+    ]));
     let docs: Vec<serde_json::Value> = serde_norway::Deserializer::from_str(&yaml)
         .map(|d| serde::Deserialize::deserialize(d).unwrap())
         .collect();
-    assert_eq!(docs.len(), 22, "11 Reject rules, a policy and a binding each");
+    assert_eq!(
+        docs.len(),
+        22,
+        "11 Reject rules, a policy and a binding each"
+    );
     let binding = |name: &str| {
         docs.iter()
-            .find(|d| d["kind"] == "ValidatingAdmissionPolicyBinding" && d["metadata"]["name"] == name)
+            .find(|d| {
+                d["kind"] == "ValidatingAdmissionPolicyBinding" && d["metadata"]["name"] == name
+            })
             .unwrap_or_else(|| panic!("binding {name}"))
     };
-    assert_eq!(binding("tenantplane-acme-no-host-network")["spec"]["validationActions"], serde_json::json!(["Warn"]));
-    assert_eq!(binding("tenantplane-acme-no-host-pid")["spec"]["validationActions"], serde_json::json!(["Deny"]));
+    assert_eq!(
+        binding("tenantplane-acme-no-host-network")["spec"]["validationActions"],
+        serde_json::json!(["Warn"])
+    );
+    assert_eq!(
+        binding("tenantplane-acme-no-host-pid")["spec"]["validationActions"],
+        serde_json::json!(["Deny"])
+    );
     let json: serde_json::Value = serde_json::from_str(&stdout(&tenantplane(&[
         "--policy",
         "examples/syncpolicy.yaml",
@@ -47,11 +68,19 @@ fn prints_a_policy_and_binding_per_reject_rule_with_the_rules_admission_action()
 fn explains_each_reject_rule_and_defaults_to_the_builtin_policy() {
     let table = stdout(&tenantplane(&["--explain"]));
     let lines: Vec<&str> = table.lines().collect();
-    assert!(lines[0].starts_with("SyncPolicy tenantplane-default (revision sha256:"), "{table}");
-    assert!(lines[1].starts_with("RULE") && lines[1].contains("AT ADMISSION"), "{table}");
+    assert!(
+        lines[0].starts_with("SyncPolicy tenantplane-default (revision sha256:"),
+        "{table}"
+    );
+    assert!(
+        lines[1].starts_with("RULE") && lines[1].contains("AT ADMISSION"),
+        "{table}"
+    );
     assert_eq!(lines.len(), 12, "{table}");
     assert!(
-        lines.iter().any(|l| l.starts_with("no-host-network") && l.contains("tenantplane-acme-no-host-network") && l.ends_with("Deny")),
+        lines.iter().any(|l| l.starts_with("no-host-network")
+            && l.contains("tenantplane-acme-no-host-network")
+            && l.ends_with("Deny")),
         "{table}"
     );
 }

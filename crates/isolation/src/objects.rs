@@ -4,8 +4,8 @@
 use std::collections::BTreeMap;
 
 use serde_json::{Map, Value, json};
-use tenantplane_api::{admission, provenance};
 use tenantplane_api::{IsolationProfile, Tenant};
+use tenantplane_api::{admission, provenance};
 
 use crate::settings::{LEVEL_FIELD, Quantities, Settings, Sourced, is_dns_label};
 use crate::{CompileError, CompileOptions, CompiledObject, IsolationProvenance};
@@ -399,7 +399,11 @@ impl Target {
             admission::API_VERSION,
             admission::POLICY_KIND,
             &name,
-            Some(admission::policy_spec(match_constraints, &[], &[validation])),
+            Some(admission::policy_spec(
+                match_constraints,
+                &[],
+                &[validation],
+            )),
         )
         .decided_by([field])
         .because(explanation)

@@ -75,9 +75,15 @@ pub fn admit<'a>(
             continue;
         }
         let scope = scope.get_or_insert_with(|| Variables::of(request));
-        let fail_closed = policy.pointer("/spec/failurePolicy").and_then(Value::as_str) != Some("Ignore");
+        let fail_closed = policy
+            .pointer("/spec/failurePolicy")
+            .and_then(Value::as_str)
+            != Some("Ignore");
         if let Some(denial) = evaluate(policy, scope, fail_closed) {
-            let binding_name = binding.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default();
+            let binding_name = binding
+                .pointer("/metadata/name")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
             return Err(forbidden(request, policy_name, binding_name, denial));
         }
     }
@@ -142,7 +148,12 @@ fn evaluate(policy: &Value, vars: &Variables, fail_closed: bool) -> Option<Denia
                 .cloned()
                 .unwrap_or_default()
         };
-        let text = |v: &Value, key: &str| v.get(key).and_then(Value::as_str).unwrap_or_default().to_string();
+        let text = |v: &Value, key: &str| {
+            v.get(key)
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_string()
+        };
         for condition in items("matchConditions") {
             let expression = text(&condition, "expression");
             match run(&ctx, &expression) {
@@ -171,14 +182,24 @@ fn evaluate(policy: &Value, vars: &Variables, fail_closed: bool) -> Option<Denia
                         CelValue::String(s) if !s.trim().is_empty() => Some(s.to_string()),
                         _ => None,
                     })
-                    .or_else(|| validation.get("message").and_then(Value::as_str).map(str::to_string))
+                    .or_else(|| {
+                        validation
+                            .get("message")
+                            .and_then(Value::as_str)
+                            .map(str::to_string)
+                    })
                     .unwrap_or_else(|| format!("failed expression: {expression}")),
-                Err(e) if fail_closed => format!("expression '{expression}' resulted in error: {e}"),
+                Err(e) if fail_closed => {
+                    format!("expression '{expression}' resulted in error: {e}")
+                }
                 Err(_) => continue,
             };
             return Some(Denial {
                 message,
-                reason: validation.get("reason").and_then(Value::as_str).map(str::to_string),
+                reason: validation
+                    .get("reason")
+                    .and_then(Value::as_str)
+                    .map(str::to_string),
             });
         }
         None
@@ -201,12 +222,23 @@ fn matches(criteria: Option<&Value>, r: &Request<'_>, absent_matches: bool) -> b
     let Some(criteria) = criteria else {
         return absent_matches;
     };
-    let rules = |field: &str| criteria.get(field).and_then(Value::as_array).cloned().unwrap_or_default();
+    let rules = |field: &str| {
+        criteria
+            .get(field)
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default()
+    };
     let resource_rules = rules("resourceRules");
-    if !(resource_rules.is_empty() && absent_matches || resource_rules.iter().any(|rule| rule_matches(rule, r))) {
+    if !(resource_rules.is_empty() && absent_matches
+        || resource_rules.iter().any(|rule| rule_matches(rule, r)))
+    {
         return false;
     }
-    if rules("excludeResourceRules").iter().any(|rule| rule_matches(rule, r)) {
+    if rules("excludeResourceRules")
+        .iter()
+        .any(|rule| rule_matches(rule, r))
+    {
         return false;
     }
     let selected = |field: &str, object: Option<&Value>| match criteria.get(field) {
@@ -226,7 +258,9 @@ fn matches(criteria: Option<&Value>, r: &Request<'_>, absent_matches: bool) -> b
         r.namespace_object
     };
     selected("namespaceSelector", namespace)
-        && (selected("objectSelector", Some(r.object)) || r.old.is_some_and(|old| selected("objectSelector", Some(old))))
+        && (selected("objectSelector", Some(r.object))
+            || r.old
+                .is_some_and(|old| selected("objectSelector", Some(old))))
 }
 
 fn rule_matches(rule: &Value, r: &Request<'_>) -> bool {
@@ -239,7 +273,11 @@ fn rule_matches(rule: &Value, r: &Request<'_>) -> bool {
     let resource_listed = rule
         .get("resources")
         .and_then(Value::as_array)
-        .is_some_and(|items| items.iter().any(|i| i == "*" || i == "*/*" || i == r.rt.plural.as_str()));
+        .is_some_and(|items| {
+            items
+                .iter()
+                .any(|i| i == "*" || i == "*/*" || i == r.rt.plural.as_str())
+        });
     let scope_fits = match rule.get("scope").and_then(Value::as_str) {
         Some("Namespaced") => r.rt.namespaced,
         Some("Cluster") => !r.rt.namespaced,

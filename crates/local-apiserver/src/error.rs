@@ -288,7 +288,11 @@ impl ApiError {
                     .map(|c| {
                         // Empty fields are omitted, as Go's `omitempty` does.
                         let mut cause = serde_json::Map::new();
-                        for (key, value) in [("reason", &c.reason), ("message", &c.message), ("field", &c.field)] {
+                        for (key, value) in [
+                            ("reason", &c.reason),
+                            ("message", &c.message),
+                            ("field", &c.field),
+                        ] {
                             if !value.is_empty() {
                                 cause.insert(key.into(), json!(value));
                             }

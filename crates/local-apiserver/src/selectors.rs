@@ -100,7 +100,9 @@ impl LabelSelector {
             .and_then(Value::as_object)
             .into_iter()
             .flatten()
-            .map(|(k, v)| LabelRequirement::Equals(k.clone(), v.as_str().unwrap_or_default().into()))
+            .map(|(k, v)| {
+                LabelRequirement::Equals(k.clone(), v.as_str().unwrap_or_default().into())
+            })
             .collect();
         for e in selector
             .get("matchExpressions")
@@ -108,7 +110,11 @@ impl LabelSelector {
             .into_iter()
             .flatten()
         {
-            let key = e.get("key").and_then(Value::as_str).unwrap_or_default().to_string();
+            let key = e
+                .get("key")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_string();
             let values = e
                 .get("values")
                 .and_then(Value::as_array)

@@ -303,7 +303,9 @@ impl State {
                 plural: plural.into(),
             })
         };
-        let (Some(policies), Some(bindings)) = (bucket(admission::POLICIES), bucket(admission::BINDINGS)) else {
+        let (Some(policies), Some(bindings)) =
+            (bucket(admission::POLICIES), bucket(admission::BINDINGS))
+        else {
             return Ok(());
         };
         admission::admit(policies.values(), bindings.values(), request)

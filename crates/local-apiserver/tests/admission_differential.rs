@@ -19,13 +19,19 @@ use support::{Target, eventually};
 use tenantplane_api::SyncAction;
 use tenantplane_core::{CompiledPolicy, TenantObject};
 
-fn api(client: &Client, api_version: &str, kind: &str, namespace: Option<&str>) -> Api<DynamicObject> {
+fn api(
+    client: &Client,
+    api_version: &str,
+    kind: &str,
+    namespace: Option<&str>,
+) -> Api<DynamicObject> {
     let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
     let plural = match kind {
         "ValidatingAdmissionPolicy" => "validatingadmissionpolicies".to_string(),
         other => format!("{}s", other.to_lowercase()),
     };
-    let ar = ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), &plural);
+    let ar =
+        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), &plural);
     match namespace {
         Some(ns) => Api::namespaced_with(client.clone(), ns, &ar),
         None => Api::all_with(client.clone(), &ar),
@@ -42,7 +48,9 @@ fn pod(name: &str, spec: Value) -> Value {
 
 fn container(extra: Value) -> Value {
     let mut c = json!({"name": "app", "image": "busybox"});
-    c.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+    c.as_object_mut()
+        .unwrap()
+        .extend(extra.as_object().unwrap().clone());
     c
 }
 
@@ -63,18 +71,39 @@ fn corpus() -> Vec<Value> {
         pod("host-pid", json!({"hostPID": true})),
         pod("host-pid-false", json!({"hostPID": false})),
         pod("host-ipc", json!({"hostIPC": true})),
-        pod("host-network-and-pid", json!({"hostNetwork": true, "hostPID": true})),
-        pod("host-path", json!({"volumes": [{"name": "root", "hostPath": {"path": "/"}}]})),
-        pod("empty-dir", json!({"volumes": [{"name": "scratch", "emptyDir": {}}]})),
-        pod("privileged", json!({"containers": [container(privileged(true))]})),
-        pod("unprivileged", json!({"containers": [container(privileged(false))]})),
+        pod(
+            "host-network-and-pid",
+            json!({"hostNetwork": true, "hostPID": true}),
+        ),
+        pod(
+            "host-path",
+            json!({"volumes": [{"name": "root", "hostPath": {"path": "/"}}]}),
+        ),
+        pod(
+            "empty-dir",
+            json!({"volumes": [{"name": "scratch", "emptyDir": {}}]}),
+        ),
+        pod(
+            "privileged",
+            json!({"containers": [container(privileged(true))]}),
+        ),
+        pod(
+            "unprivileged",
+            json!({"containers": [container(privileged(false))]}),
+        ),
         pod(
             "privileged-init",
             json!({"initContainers": [container(json!({"name": "init", "securityContext": {"privileged": true}}))],
                    "containers": [container(json!({}))]}),
         ),
-        pod("escalation", json!({"containers": [container(escalation(true))]})),
-        pod("no-escalation", json!({"containers": [container(escalation(false))]})),
+        pod(
+            "escalation",
+            json!({"containers": [container(escalation(true))]}),
+        ),
+        pod(
+            "no-escalation",
+            json!({"containers": [container(escalation(false))]}),
+        ),
         pod(
             "cap-add",
             json!({"containers": [container(json!({"securityContext": {"capabilities": {"add": ["NET_ADMIN"]}}}))]}),
@@ -123,7 +152,9 @@ async fn admission(client: &Client, ns: &str, object: &Value) -> Result<Value, k
 
 /// The rule whose policy refused, from kube-apiserver's message.
 fn refusing_rule(status: &kube::core::Status, prefix: &str) -> Option<String> {
-    let start = status.message.find(&format!("ValidatingAdmissionPolicy '{prefix}"))?;
+    let start = status
+        .message
+        .find(&format!("ValidatingAdmissionPolicy '{prefix}"))?;
     let rest = &status.message[start + "ValidatingAdmissionPolicy '".len() + prefix.len()..];
     Some(rest[..rest.find('\'')?].to_string())
 }
@@ -140,11 +171,15 @@ async fn the_default_policy_refuses_at_admission_exactly_what_tenantplane_refuse
     // Tenantplane's verdict on each object as the server stores it.
     let mut expected = Vec::new();
     for object in corpus() {
-        let stored = admission(&client, &ns, &object)
-            .await
-            .unwrap_or_else(|s| panic!("{} is a valid object: {}", object["metadata"]["name"], s.message));
+        let stored = admission(&client, &ns, &object).await.unwrap_or_else(|s| {
+            panic!(
+                "{} is a valid object: {}",
+                object["metadata"]["name"], s.message
+            )
+        });
         let verdict = policy.evaluate(&TenantObject::from_value(stored).unwrap());
-        let refused_by = (verdict.action == SyncAction::Reject).then(|| verdict.rule.clone().unwrap());
+        let refused_by =
+            (verdict.action == SyncAction::Reject).then(|| verdict.rule.clone().unwrap());
         expected.push((object, refused_by));
     }
     for rule in policy.tenant_admission(&tenant).rules {
@@ -161,7 +196,8 @@ async fn the_default_policy_refuses_at_admission_exactly_what_tenantplane_refuse
     for object in &compiled.objects {
         let mut object = object.clone();
         if object["kind"] == "ValidatingAdmissionPolicyBinding" {
-            object["spec"]["matchResources"] = json!({"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}}});
+            object["spec"]["matchResources"] =
+                json!({"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}}});
         }
         let kind = object["kind"].as_str().unwrap().to_string();
         let api = api(&client, "admissionregistration.k8s.io/v1", &kind, None);
@@ -169,7 +205,10 @@ async fn the_default_policy_refuses_at_admission_exactly_what_tenantplane_refuse
         api.create(&PostParams::default(), &dynamic)
             .await
             .unwrap_or_else(|e| panic!("creating {kind} {}: {e}", object["metadata"]["name"]));
-        created.push((api, object["metadata"]["name"].as_str().unwrap().to_string()));
+        created.push((
+            api,
+            object["metadata"]["name"].as_str().unwrap().to_string(),
+        ));
     }
 
     // In effect (a real server's policies take a moment to propagate): every object tenantplane
@@ -191,7 +230,12 @@ async fn the_default_policy_refuses_at_admission_exactly_what_tenantplane_refuse
         let server = match admission(&client, &ns, object).await {
             Ok(_) => None,
             Err(status) => {
-                assert_eq!((status.code, status.reason.as_str()), (403, "Forbidden"), "{}", status.message);
+                assert_eq!(
+                    (status.code, status.reason.as_str()),
+                    (403, "Forbidden"),
+                    "{}",
+                    status.message
+                );
                 Some(refusing_rule(&status, &prefix).unwrap_or_else(|| status.message.clone()))
             }
         };
@@ -212,7 +256,10 @@ async fn the_default_policy_refuses_at_admission_exactly_what_tenantplane_refuse
         expected.len() - disagreements.len(),
         expected.len()
     );
-    assert!(disagreements.is_empty(), "disagreements: {disagreements:?}\n{report}");
+    assert!(
+        disagreements.is_empty(),
+        "disagreements: {disagreements:?}\n{report}"
+    );
 
     // The refusal a tenant sees: kube-apiserver's message, naming the rule, its reason, message
     // and field.
@@ -229,7 +276,10 @@ async fn the_default_policy_refuses_at_admission_exactly_what_tenantplane_refuse
         )
     );
     let details = status.details.expect("details");
-    assert_eq!((details.name.as_str(), details.kind.as_str()), ("sniffer", "pods"));
+    assert_eq!(
+        (details.name.as_str(), details.kind.as_str()),
+        ("sniffer", "pods")
+    );
 
     for (api, name) in created.into_iter().rev() {
         let _ = api.delete(&name, &DeleteParams::default()).await;

@@ -32,8 +32,8 @@ use crate::discovery;
 use crate::isolation::{self, IsolationService};
 use crate::record::{DecisionRecorder, TenantLedger, flush_loop};
 use crate::shard::Shard;
-use crate::tenant_admission;
 use crate::tenant::{self, Shared, TenantRuntime};
+use crate::tenant_admission;
 
 /// Finalizer on every Tenant the syncer serves.
 pub const FINALIZER: &str = "tenantplane.io/cleanup";
@@ -708,7 +708,9 @@ async fn remove_tenant_admission(tenant: &Tenant, ctx: &Context) {
     .await;
     match removed {
         Ok(n) => tracing::info!(tenant = %name, removed = n, "tenant admission removed"),
-        Err(e) => tracing::warn!(tenant = %name, error = %format!("{e:#}"), "tenant admission left in place"),
+        Err(e) => {
+            tracing::warn!(tenant = %name, error = %format!("{e:#}"), "tenant admission left in place")
+        }
     }
 }
 

@@ -503,7 +503,9 @@ pub(crate) async fn write(
     started: Instant,
 ) -> anyhow::Result<()> {
     let key = format!("{}:{}", change.cluster.ledger_prefix, change.target);
-    recorder.record(&key, decision, digest, None, started).await?;
+    recorder
+        .record(&key, decision, digest, None, started)
+        .await?;
     let r = &change.target;
     let (verb, result) = match &change.write {
         Write::Apply(object) => {

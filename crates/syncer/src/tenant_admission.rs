@@ -59,7 +59,9 @@ impl Source {
             tenant: tenant.metadata.name.clone().unwrap_or_default(),
             policy: compiled.name().to_string(),
             revision: compiled.revision().to_string(),
-            uid: policy.and_then(|p| p.metadata.uid.clone()).unwrap_or_default(),
+            uid: policy
+                .and_then(|p| p.metadata.uid.clone())
+                .unwrap_or_default(),
             resource_version: policy
                 .and_then(|p| p.metadata.resource_version.clone())
                 .unwrap_or_default(),
@@ -251,7 +253,10 @@ pub async fn remove(
         "",
         &source.policy,
     );
-    Ok(apply(client, recorder, source, &none).instrument(span).await?.pruned)
+    Ok(apply(client, recorder, source, &none)
+        .instrument(span)
+        .await?
+        .pruned)
 }
 
 /// Applies what is not in place and deletes what is no longer compiled (see the module
@@ -273,7 +278,9 @@ async fn apply(
     );
     let mut existing = Vec::new();
     for kind in [admission::POLICY_KIND, admission::BINDING_KIND] {
-        let api = resolver.api(client, admission::API_VERSION, kind, None).await?;
+        let api = resolver
+            .api(client, admission::API_VERSION, kind, None)
+            .await?;
         let list = api
             .list_metadata(&ListParams::default().labels(&selector))
             .await
@@ -289,22 +296,36 @@ async fn apply(
         let current = existing
             .iter()
             .find(|(kind, m)| *kind == r.kind && m.metadata.name.as_deref() == Some(&r.name));
-        let annotation = |key: &str| object.pointer(&format!("/metadata/annotations/{}", key.replace('/', "~1")));
-        let rule = annotation(provenance::SYNC_POLICY_RULE).and_then(|v| v.as_str()).map(str::to_string);
+        let annotation = |key: &str| {
+            object.pointer(&format!("/metadata/annotations/{}", key.replace('/', "~1")))
+        };
+        let rule = annotation(provenance::SYNC_POLICY_RULE)
+            .and_then(|v| v.as_str())
+            .map(str::to_string);
         if current.is_some_and(|(_, m)| {
-            m.metadata.annotations.as_ref().and_then(|a| a.get(DESIRED_DIGEST)) == Some(&d)
+            m.metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(DESIRED_DIGEST))
+                == Some(&d)
         }) {
             result.unchanged += 1;
             continue;
         }
-        let action = annotation(provenance::ADMISSION_ACTIONS).and_then(|v| v.as_str()).unwrap_or("Deny");
+        let action = annotation(provenance::ADMISSION_ACTIONS)
+            .and_then(|v| v.as_str())
+            .unwrap_or("Deny");
         changes.push((
             Change {
                 target: r.clone(),
                 api,
                 verdict: Verdict {
                     outcome: Outcome::Synced,
-                    action: if current.is_some() { HostAction::Update } else { HostAction::Create },
+                    action: if current.is_some() {
+                        HostAction::Update
+                    } else {
+                        HostAction::Create
+                    },
                     field_path: String::new(),
                     reason: "CompiledFromSyncPolicy",
                     message: format!(
@@ -332,7 +353,9 @@ async fn apply(
         if wanted {
             continue;
         }
-        let api = resolver.api(client, admission::API_VERSION, kind, None).await?;
+        let api = resolver
+            .api(client, admission::API_VERSION, kind, None)
+            .await?;
         let rule = m
             .metadata
             .annotations

@@ -62,10 +62,18 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
 
 /// One row per Reject rule.
 fn explain(admission: &TenantAdmission) -> String {
-    let mut rows: Vec<[String; 3]> = vec![["RULE".into(), "ADMISSION POLICY".into(), "AT ADMISSION".into()]];
+    let mut rows: Vec<[String; 3]> = vec![[
+        "RULE".into(),
+        "ADMISSION POLICY".into(),
+        "AT ADMISSION".into(),
+    ]];
     for rule in &admission.rules {
         rows.push(match (&rule.admission_policy, &rule.host_side_only) {
-            (Some(policy), _) => [rule.rule.clone(), policy.clone(), rule.action.as_str().into()],
+            (Some(policy), _) => [
+                rule.rule.clone(),
+                policy.clone(),
+                rule.action.as_str().into(),
+            ],
             (None, why) => [
                 rule.rule.clone(),
                 "-".into(),
@@ -82,7 +90,10 @@ fn explain(admission: &TenantAdmission) -> String {
         admission.rules.len()
     );
     for [rule, policy, action] in &rows {
-        let _ = writeln!(out, "{rule:<rule_width$}  {policy:<policy_width$}  {action}");
+        let _ = writeln!(
+            out,
+            "{rule:<rule_width$}  {policy:<policy_width$}  {action}"
+        );
     }
     out
 }

@@ -166,8 +166,16 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     };
     let mut results = results;
     for r in &mut results {
-        if let Some(p) = r.planned.as_ref().filter(|p| p.decision.outcome == Outcome::Rejected) {
-            let rule = p.decision.policy.as_ref().and_then(|policy| policy.rule.as_deref());
+        if let Some(p) = r
+            .planned
+            .as_ref()
+            .filter(|p| p.decision.outcome == Outcome::Rejected)
+        {
+            let rule = p
+                .decision
+                .policy
+                .as_ref()
+                .and_then(|policy| policy.rule.as_deref());
             r.tenant_admission = Some(admission.refused_by(rule));
         }
     }
@@ -422,14 +430,24 @@ fn write_tenant_admission(out: &mut impl Write, results: &[Explained]) -> std::i
         .iter()
         .filter_map(|r| {
             let s = &r.planned.as_ref()?.decision.subject;
-            Some((format!("{}/{}/{}", s.kind, s.namespace, s.name), r.tenant_admission.as_ref()?))
+            Some((
+                format!("{}/{}/{}", s.kind, s.namespace, s.name),
+                r.tenant_admission.as_ref()?,
+            ))
         })
         .collect();
     if refused.is_empty() {
         return Ok(());
     }
-    let width = refused.iter().map(|(s, _)| s.chars().count()).max().unwrap_or(0);
-    writeln!(out, "\nREFUSED ON THE HOST · AT APPLY TIME IN THE TENANT CONTROL PLANE")?;
+    let width = refused
+        .iter()
+        .map(|(s, _)| s.chars().count())
+        .max()
+        .unwrap_or(0);
+    writeln!(
+        out,
+        "\nREFUSED ON THE HOST · AT APPLY TIME IN THE TENANT CONTROL PLANE"
+    )?;
     for (subject, at_apply) in refused {
         writeln!(out, "{subject:<width$}   {at_apply}")?;
     }

@@ -70,7 +70,11 @@ pub struct RuleAdmission {
 
 /// What the tenant control plane does, at apply time, with an object the host refuses.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "atApply", rename_all = "camelCase", rename_all_fields = "camelCase")]
+#[serde(
+    tag = "atApply",
+    rename_all = "camelCase",
+    rename_all_fields = "camelCase"
+)]
 pub enum AtApply {
     /// The create or update fails.
     Refused {
@@ -98,7 +102,10 @@ impl std::fmt::Display for AtApply {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             AtApply::Refused { admission_policy } => {
-                write!(f, "refused at apply time (ValidatingAdmissionPolicy {admission_policy})")
+                write!(
+                    f,
+                    "refused at apply time (ValidatingAdmissionPolicy {admission_policy})"
+                )
             }
             AtApply::Warned { admission_policy } => write!(
                 f,
@@ -357,7 +364,8 @@ fn could_overlap(a: &RuleMatch, b: &RuleMatch) -> bool {
 fn match_expression(earlier: &CompiledRule, within: &RuleMatch) -> Option<String> {
     let m = &earlier.rule.matches;
     // A criterion of the earlier rule the later rule's own criterion implies needs no check.
-    let implied = |mine: &[String], theirs: &[String]| match (restricted(mine), restricted(theirs)) {
+    let implied = |mine: &[String], theirs: &[String]| match (restricted(mine), restricted(theirs))
+    {
         (None, _) => true,
         (Some(mine), Some(theirs)) => theirs.iter().all(|t| mine.contains(t)),
         (Some(_), None) => false,
@@ -388,16 +396,18 @@ fn match_expression(earlier: &CompiledRule, within: &RuleMatch) -> Option<String
 fn selector_expressions(
     selector: &k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector,
 ) -> Vec<String> {
-    let has = |key: &str| {
-        format!("has(object.metadata.labels) && {key} in object.metadata.labels")
-    };
+    let has = |key: &str| format!("has(object.metadata.labels) && {key} in object.metadata.labels");
     let mut out: Vec<String> = selector
         .match_labels
         .iter()
         .flatten()
         .map(|(k, v)| {
             let key = cel_string(k);
-            format!("({} && object.metadata.labels[{key}] == {})", has(&key), cel_string(v))
+            format!(
+                "({} && object.metadata.labels[{key}] == {})",
+                has(&key),
+                cel_string(v)
+            )
         })
         .collect();
     for r in selector.match_expressions.iter().flatten() {
@@ -439,8 +449,15 @@ fn host_side_only_reason(name: &str, expression: &Expression) -> Result<(), Stri
                 ));
             }
             Expr::Ident(id)
-                if ["oldObject", "request", "params", "namespaceObject", "authorizer", "variables"]
-                    .contains(&id.as_str()) =>
+                if [
+                    "oldObject",
+                    "request",
+                    "params",
+                    "namespaceObject",
+                    "authorizer",
+                    "variables",
+                ]
+                .contains(&id.as_str()) =>
             {
                 problem = Some(format!(
                     "its condition {name} reads {id}, which the host side does not have"
@@ -469,7 +486,13 @@ fn walk(expr: &Expr, visit: &mut impl FnMut(&Expr)) {
             }
         }
         Expr::Comprehension(c) => {
-            for e in [&c.iter_range, &c.accu_init, &c.loop_cond, &c.loop_step, &c.result] {
+            for e in [
+                &c.iter_range,
+                &c.accu_init,
+                &c.loop_cond,
+                &c.loop_step,
+                &c.result,
+            ] {
                 walk(&e.expr, visit);
             }
         }
@@ -512,7 +535,11 @@ fn cel_string(s: &str) -> String {
 fn cel_list(items: &[String]) -> String {
     format!(
         "[{}]",
-        items.iter().map(|i| cel_string(i)).collect::<Vec<_>>().join(", ")
+        items
+            .iter()
+            .map(|i| cel_string(i))
+            .collect::<Vec<_>>()
+            .join(", ")
     )
 }
 
@@ -547,11 +574,18 @@ mod tests {
         assert_eq!(a.rules.len(), 10);
         assert!(a.rules.iter().all(|r| r.admission_policy.is_some()));
         assert_eq!(a.objects.len(), 20);
-        let vap = find(&a, "ValidatingAdmissionPolicy", "tenantplane-acme-no-host-network");
+        let vap = find(
+            &a,
+            "ValidatingAdmissionPolicy",
+            "tenantplane-acme-no-host-network",
+        );
         assert_eq!(vap["metadata"]["labels"][provenance::MANAGED], "true");
         let annotations = &vap["metadata"]["annotations"];
         assert_eq!(annotations[provenance::SYNC_POLICY], "tenantplane-default");
-        assert_eq!(annotations[provenance::SYNC_POLICY_REVISION], compiled.revision());
+        assert_eq!(
+            annotations[provenance::SYNC_POLICY_REVISION],
+            compiled.revision()
+        );
         assert_eq!(annotations[provenance::SYNC_POLICY_RULE], "no-host-network");
         assert_eq!(
             vap["spec"]["validations"][0],
@@ -565,24 +599,44 @@ mod tests {
             vap["spec"]["matchConditions"],
             json!([{"name": "tenantplane.io/kinds", "expression": "request.kind.kind in [\"Pod\"]"}])
         );
-        assert_eq!(vap["spec"]["matchConstraints"]["resourceRules"][0]["apiGroups"], json!([""]));
+        assert_eq!(
+            vap["spec"]["matchConstraints"]["resourceRules"][0]["apiGroups"],
+            json!([""])
+        );
         let binding = find(
             &a,
             "ValidatingAdmissionPolicyBinding",
             "tenantplane-acme-no-host-network",
         );
         assert_eq!(binding["spec"]["validationActions"], json!(["Deny"]));
-        assert_eq!(binding["spec"]["policyName"], "tenantplane-acme-no-host-network");
+        assert_eq!(
+            binding["spec"]["policyName"],
+            "tenantplane-acme-no-host-network"
+        );
         // First match wins: a later rule does not decide what an earlier rule matches.
-        let host_pid = find(&a, "ValidatingAdmissionPolicy", "tenantplane-acme-no-host-pid");
+        let host_pid = find(
+            &a,
+            "ValidatingAdmissionPolicy",
+            "tenantplane-acme-no-host-pid",
+        );
         assert_eq!(
             host_pid["spec"]["matchConditions"][1],
             json!({"name": "earlier-rule.tenantplane.io/no-host-network",
                    "expression": "!((has(object.spec.hostNetwork) && object.spec.hostNetwork == true))"})
         );
         // Service rules are not held back by Pod rules.
-        let node_port = find(&a, "ValidatingAdmissionPolicy", "tenantplane-acme-no-node-port-services");
-        assert_eq!(node_port["spec"]["matchConditions"].as_array().unwrap().len(), 1);
+        let node_port = find(
+            &a,
+            "ValidatingAdmissionPolicy",
+            "tenantplane-acme-no-node-port-services",
+        );
+        assert_eq!(
+            node_port["spec"]["matchConditions"]
+                .as_array()
+                .unwrap()
+                .len(),
+            1
+        );
     }
 
     #[test]
@@ -594,9 +648,17 @@ mod tests {
              "action": "Reject", "reason": "R", "fieldPath": "spec", "admission": "Audit"},
         ]));
         let a = p.tenant_admission("acme");
-        let binding = find(&a, "ValidatingAdmissionPolicyBinding", "tenantplane-acme-warned");
+        let binding = find(
+            &a,
+            "ValidatingAdmissionPolicyBinding",
+            "tenantplane-acme-warned",
+        );
         assert_eq!(binding["spec"]["validationActions"], json!(["Warn"]));
-        let binding = find(&a, "ValidatingAdmissionPolicyBinding", "tenantplane-acme-audited");
+        let binding = find(
+            &a,
+            "ValidatingAdmissionPolicyBinding",
+            "tenantplane-acme-audited",
+        );
         assert_eq!(binding["spec"]["validationActions"], json!(["Audit"]));
         let pod = TenantObject::from_value(json!({"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": "x", "namespace": "default"}, "spec": {"hostPID": true}}))
@@ -605,7 +667,9 @@ mod tests {
         assert_eq!(verdict.action, SyncAction::Reject, "the host refuses");
         assert_eq!(
             a.at_apply(&verdict),
-            Some(AtApply::Warned { admission_policy: "tenantplane-acme-warned".into() })
+            Some(AtApply::Warned {
+                admission_policy: "tenantplane-acme-warned".into()
+            })
         );
     }
 
@@ -623,10 +687,16 @@ mod tests {
         let a = p.tenant_admission("acme");
         assert_eq!(
             a.rules[0].host_side_only.as_deref(),
-            Some("its condition phase reads object.status, which the tenant's controllers write after admission")
+            Some(
+                "its condition phase reads object.status, which the tenant's controllers write after admission"
+            )
         );
         assert!(
-            a.rules[1].host_side_only.as_deref().unwrap().starts_with("the earlier rule late decides first"),
+            a.rules[1]
+                .host_side_only
+                .as_deref()
+                .unwrap()
+                .starts_with("the earlier rule late decides first"),
             "{:?}",
             a.rules[1]
         );
@@ -648,7 +718,11 @@ mod tests {
              "action": "Reject", "reason": "Late", "fieldPath": "status.phase"},
         ]));
         let a = p.tenant_admission("acme");
-        let vap = find(&a, "ValidatingAdmissionPolicy", "tenantplane-acme-no-host-pid");
+        let vap = find(
+            &a,
+            "ValidatingAdmissionPolicy",
+            "tenantplane-acme-no-host-pid",
+        );
         assert_eq!(
             vap["spec"]["matchConditions"],
             json!([
