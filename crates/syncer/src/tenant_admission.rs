@@ -434,3 +434,66 @@ async fn apply(
     }
     Ok(result)
 }
+
+#[cfg(test)]
+mod tests {
+    use axum::Router;
+    use axum::http::header;
+    use axum::routing::get;
+
+    use super::*;
+    use crate::metrics::SyncMetrics;
+
+    /// A control plane whose `admissionregistration.k8s.io/v1` serves webhooks only, as
+    /// Kubernetes 1.29 does.
+    async fn control_plane_of_kubernetes_1_29() -> Client {
+        let resources = json!({"kind": "APIResourceList", "apiVersion": "v1",
+            "groupVersion": "admissionregistration.k8s.io/v1",
+            "resources": [{"name": "validatingwebhookconfigurations", "singularName": "validatingwebhookconfiguration",
+                "namespaced": false, "kind": "ValidatingWebhookConfiguration",
+                "verbs": ["create", "delete", "get", "list", "patch", "update", "watch"]}]})
+        .to_string();
+        let app = Router::new().route(
+            "/apis/admissionregistration.k8s.io/v1",
+            get(move || async move { ([(header::CONTENT_TYPE, "application/json")], resources) }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        Client::try_from(kube::Config::new(url.parse().unwrap())).unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_control_plane_without_validating_admission_policy_gets_a_condition_that_says_so() {
+        let client = control_plane_of_kubernetes_1_29().await;
+        let ledger = TenantLedger::default();
+        let recorder = DecisionRecorder::host_side(ledger.clone(), None, SyncMetrics::default());
+        let tenant: Tenant = serde_json::from_value(json!({
+            "apiVersion": "tenantplane.io/v1alpha1", "kind": "Tenant", "metadata": {"name": "old"},
+            "spec": {"controlPlane": {"kubeconfigSecret": {"namespace": "ns", "name": "old", "key": "config"}}},
+        }))
+        .unwrap();
+        let policy = CompiledPolicy::builtin_default();
+        let source = Source::new(&tenant, None, &policy);
+        reconcile(&client, &recorder, &ledger, &source, &policy).await;
+        let condition = ledger
+            .condition(conditions::TENANT_ADMISSION)
+            .expect("the condition");
+        assert_eq!(
+            (condition.status.as_str(), condition.reason.as_str()),
+            ("False", "ValidatingAdmissionPolicyNotServed")
+        );
+        assert_eq!(
+            condition.message,
+            "the tenant control plane does not enforce SyncPolicy tenantplane-default at admission: \
+             admissionregistration.k8s.io/v1 serves no ValidatingAdmissionPolicy (Kubernetes before \
+             1.30, or the API turned off); its Reject rules are enforced on the host side only, and \
+             sync goes on"
+        );
+        assert_eq!(
+            ledger.counts(),
+            Default::default(),
+            "nothing was applied, nothing recorded"
+        );
+    }
+}
