@@ -471,6 +471,26 @@ impl Env {
         Ok(name)
     }
 
+    /// Creates (once per run) a SyncPolicy that is the built-in default with every Reject rule
+    /// only audited at admission, so that the tenant control plane admits what the host side
+    /// refuses: for scenarios about the host-side refusal. Returns its name.
+    pub async fn audited_default_policy(&self) -> anyhow::Result<String> {
+        let name = self.name("audited-default");
+        let mut policy: Value =
+            serde_norway::from_str(tenantplane_core::policy::DEFAULT_POLICY_YAML)?;
+        policy["metadata"] = json!({"name": name});
+        for rule in policy["spec"]["rules"].as_array_mut().into_iter().flatten() {
+            if rule["action"] == "Reject" {
+                rule["admission"] = json!("Audit");
+            }
+        }
+        match create(&self.host.client, policy).await {
+            Ok(_) => Ok(name),
+            Err(e) if e.to_string().contains("already exists") => Ok(name),
+            Err(e) => Err(e),
+        }
+    }
+
     /// Notes a Tenant the test creates itself, to be removed from a real host cluster with the
     /// others when the Env is dropped.
     pub fn made_tenant(&self, name: &str) {

@@ -425,7 +425,12 @@ async fn status_flows_up_from_the_host() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_host_network_pod_is_rejected_and_recorded() {
     let env = Env::start().await.unwrap();
-    let t = env.create_tenant("reject", None).await.unwrap();
+    // Admitted by the tenant control plane (audited), refused on the host side.
+    let policy = env.audited_default_policy().await.unwrap();
+    let t = env
+        .create_tenant_with("reject", json!({"syncPolicyRef": policy}))
+        .await
+        .unwrap();
     let ns = env.tenant_namespace("ops").await.unwrap();
     let c = &env.tenant_cp.client;
     create(
@@ -878,7 +883,11 @@ async fn decisions_reach_the_durable_log_before_the_host() {
     ));
     let url = format!("sqlite:{}", path.display());
     let env = Env::start_with_log(Some(url.clone())).await.unwrap();
-    let t = env.create_tenant("audit", None).await.unwrap();
+    let policy = env.audited_default_policy().await.unwrap();
+    let t = env
+        .create_tenant_with("audit", json!({"syncPolicyRef": policy}))
+        .await
+        .unwrap();
     let ns = env.tenant_namespace("web").await.unwrap();
     create(
         &env.tenant_cp.client,
@@ -1606,5 +1615,207 @@ async fn objects_the_syncer_does_not_watch_get_nothing_and_why_says_what_explain
             .await
             .unwrap();
     }
+    let _ = std::fs::remove_file(&path);
+}
+
+/// A SyncPolicy of two Reject rules (one denied at admission, one only warned) and a sync rule.
+fn admission_policy(name: &str, with_host_network: bool) -> Value {
+    let mut rules = vec![
+        json!({"name": "no-host-pid", "match": {"groups": [""], "kinds": ["Pod"],
+        "conditions": [{"name": "host-pid", "expression": "has(object.spec.hostPID) && object.spec.hostPID == true"}]},
+        "action": "Reject", "reason": "HostPIDForbidden", "fieldPath": "spec.hostPID",
+        "message": "a tenant pod may not see the node's processes", "admission": "Warn"}),
+    ];
+    if with_host_network {
+        rules.insert(0, json!({"name": "no-host-network", "match": {"groups": [""], "kinds": ["Pod"],
+            "conditions": [{"name": "host-network", "expression": "has(object.spec.hostNetwork) && object.spec.hostNetwork == true"}]},
+            "action": "Reject", "reason": "HostNetworkForbidden", "fieldPath": "spec.hostNetwork",
+            "message": "a tenant pod may not share the node's network namespace"}));
+    }
+    rules.push(
+        json!({"name": "sync-pods", "match": {"groups": [""], "kinds": ["Pod"]},
+        "action": "Sync", "reason": "WorkloadKind"}),
+    );
+    json!({"apiVersion": "tenantplane.io/v1alpha1", "kind": "SyncPolicy", "metadata": {"name": name},
+        "spec": {"rules": rules, "default": {"action": "Skip", "reason": "NotSyncedByPolicy"}}})
+}
+
+/// The tenant's own control plane refuses, at apply time, what the host side would refuse: the
+/// syncer keeps the SyncPolicy's Reject rules there as ValidatingAdmissionPolicies (recorded
+/// decisions, provenance), follows policy changes, and removes them with the Tenant.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_apply_of_a_refused_pod_fails_at_once_with_the_rule() {
+    let path = std::env::temp_dir().join(format!(
+        "tenantplane-e2e-{}-{}.sqlite",
+        std::process::id(),
+        uuid_suffix()
+    ));
+    let url = format!("sqlite:{}", path.display());
+    let env = Env::start_with_log(Some(url.clone())).await.unwrap();
+    let policy = env.name("admission");
+    create(&env.host.client, admission_policy(&policy, true))
+        .await
+        .unwrap();
+    let t = env
+        .create_tenant_with("gate", json!({"syncPolicyRef": policy}))
+        .await
+        .unwrap();
+    let ns = env.tenant_namespace("ops").await.unwrap();
+    let c = &env.tenant_cp.client;
+    let condition = eventually("the TenantAdmission condition", || async {
+        let s = tenant_status(&env, &t).await;
+        s["conditions"]
+            .as_array()?
+            .iter()
+            .find(|c| c["type"] == "TenantAdmission" && c["status"] == "True")
+            .cloned()
+    })
+    .await;
+    assert!(
+        condition["message"]
+            .as_str()
+            .unwrap()
+            .contains("2 of 2 Reject rules enforced at admission"),
+        "{condition}"
+    );
+    let vap_name = format!("tenantplane-{t}-no-host-network");
+    let vap = get(
+        c,
+        "admissionregistration.k8s.io/v1",
+        "ValidatingAdmissionPolicy",
+        None,
+        &vap_name,
+    )
+    .await
+    .expect("the policy in the tenant control plane");
+    assert_eq!(
+        annotation(&vap, "tenantplane.io/sync-policy"),
+        Some(policy.as_str())
+    );
+    assert_eq!(
+        annotation(&vap, "tenantplane.io/sync-policy-rule"),
+        Some("no-host-network")
+    );
+    assert!(
+        annotation(&vap, "tenantplane.io/sync-policy-revision")
+            .is_some_and(|r| r.starts_with("sha256:"))
+    );
+    let id = annotation(&vap, DECISION_ID).expect("the decision that applied it");
+    let store = tenantplane_decision_log::open(&url).await.unwrap();
+    let applied = store
+        .get(id.to_string())
+        .await
+        .unwrap()
+        .expect("the decision is in the log");
+    assert_eq!(applied.decision.reason, "CompiledFromSyncPolicy");
+    assert_eq!(applied.decision.subject.kind, "SyncPolicy");
+    let warned = get(
+        c,
+        "admissionregistration.k8s.io/v1",
+        "ValidatingAdmissionPolicyBinding",
+        None,
+        &format!("tenantplane-{t}-no-host-pid"),
+    )
+    .await
+    .expect("the binding of the warned rule");
+    assert_eq!(warned["spec"]["validationActions"], json!(["Warn"]));
+
+    // A real API server takes a moment to put a new policy in effect: wait with dry runs.
+    let sniffer = pod(
+        &ns,
+        "sniffer",
+        json!({"hostNetwork": true, "containers": [{"name": "app", "image": "tcpdump"}]}),
+    );
+    let pods = kube::Api::<kube::api::DynamicObject>::namespaced_with(
+        c.clone(),
+        &ns,
+        &tenantplane_e2e::resource("v1", "Pod"),
+    );
+    let dry_run = kube::api::PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    let as_dynamic =
+        |v: &Value| serde_json::from_value::<kube::api::DynamicObject>(v.clone()).unwrap();
+    eventually("the policy in effect", || async {
+        pods.create(&dry_run, &as_dynamic(&sniffer))
+            .await
+            .is_err()
+            .then_some(())
+    })
+    .await;
+    let refused = format!("{:#}", create(c, sniffer.clone()).await.unwrap_err());
+    assert!(
+        refused.contains(&format!(
+            "pods \"sniffer\" is forbidden: ValidatingAdmissionPolicy '{vap_name}' with binding \
+             '{vap_name}' denied request: HostNetworkForbidden: a tenant pod may not share the \
+             node's network namespace (SyncPolicy {policy}, rule no-host-network, field \
+             spec.hostNetwork)"
+        )),
+        "{refused}"
+    );
+    // Only warned at admission: created, and refused on the host side.
+    create(
+        c,
+        pod(
+            &ns,
+            "top",
+            json!({"hostPID": true, "containers": [{"name": "app", "image": "top"}]}),
+        ),
+    )
+    .await
+    .unwrap();
+    let ev = tenant_event(&env, &ns, "top", "HostPIDForbidden").await;
+    assert_eq!(ev["action"], "Rejected");
+
+    // The policy changes: the rule is gone, and so is its admission policy.
+    merge(
+        &env.host.client,
+        "tenantplane.io/v1alpha1",
+        "SyncPolicy",
+        None,
+        &policy,
+        json!({"spec": admission_policy(&policy, false)["spec"]}),
+    )
+    .await
+    .unwrap();
+    eventually("the pruned admission policy", || async {
+        get(
+            c,
+            "admissionregistration.k8s.io/v1",
+            "ValidatingAdmissionPolicy",
+            None,
+            &vap_name,
+        )
+        .await
+        .is_none()
+        .then_some(())
+    })
+    .await;
+
+    // The Tenant goes, and its admission policies with it.
+    delete(
+        &env.host.client,
+        "tenantplane.io/v1alpha1",
+        "Tenant",
+        None,
+        &t,
+    )
+    .await
+    .unwrap();
+    eventually("no admission policy of the Tenant", || async {
+        list(
+            c,
+            "admissionregistration.k8s.io/v1",
+            "ValidatingAdmissionPolicy",
+            None,
+        )
+        .await
+        .ok()?
+        .iter()
+        .all(|p| p["metadata"]["labels"]["tenantplane.io/tenant"] != json!(t))
+        .then_some(())
+    })
+    .await;
     let _ = std::fs::remove_file(&path);
 }

@@ -139,7 +139,16 @@ async fn each_decision_is_one_span_with_the_planner_compiler_and_host_calls_as_c
     )
     .await
     .unwrap();
-    let t = env.create_tenant("traced", Some(&profile)).await.unwrap();
+    // The host-network pod below is admitted by the tenant control plane (audited) and refused
+    // on the host side.
+    let policy = env.audited_default_policy().await.unwrap();
+    let t = env
+        .create_tenant_with(
+            "traced",
+            json!({"isolationProfileRef": profile, "syncPolicyRef": policy}),
+        )
+        .await
+        .unwrap();
     let ns = env.tenant_namespace("shop").await.unwrap();
     let c = &env.tenant_cp.client;
     for i in 0..4 {
@@ -337,7 +346,10 @@ async fn each_decision_is_one_span_with_the_planner_compiler_and_host_calls_as_c
             .iter()
             .filter(|s| s.parent_span_id == span.span_id && s.trace_id == span.trace_id)
             .collect();
-        if d.policy.is_some() {
+        // The SyncPolicy's own decisions (its admission policies in the tenant control plane)
+        // are compiled in the syncer, not planned; their writes go to the tenant.
+        let tenant_admission = d.subject.kind == "SyncPolicy";
+        if d.policy.is_some() && !tenant_admission {
             assert!(
                 children
                     .iter()
@@ -350,9 +362,14 @@ async fn each_decision_is_one_span_with_the_planner_compiler_and_host_calls_as_c
             planned_children += 1;
         }
         if d.action != HostAction::None {
+            let write = if tenant_admission {
+                "tenantplane.tenant.write"
+            } else {
+                "tenantplane.host.write"
+            };
             assert!(
-                children.iter().any(|c| c.name == "tenantplane.host.write"),
-                "the host write of {} is a child of its decision span",
+                children.iter().any(|c| c.name == write),
+                "the write of {} is a child of its decision span",
                 d.subject.name
             );
         }

@@ -10,6 +10,10 @@ pub const CONTROL_PLANE_REACHABLE: &str = "ControlPlaneReachable";
 pub const ISOLATION_APPLIED: &str = "IsolationApplied";
 /// Every tenant object has a current decision (none Deferred or Failed).
 pub const SYNCED: &str = "Synced";
+/// The SyncPolicy's Reject rules are enforced at admission in the tenant control plane (a
+/// ValidatingAdmissionPolicy and binding per rule); False when the tenant control plane serves
+/// no ValidatingAdmissionPolicy, and sync goes on with the host-side refusal only.
+pub const TENANT_ADMISSION: &str = "TenantAdmission";
 /// A SyncPolicy or IsolationProfile was parsed, validated and compiled without error.
 pub const ACCEPTED: &str = "Accepted";
 

@@ -11,6 +11,7 @@
 //! columns, status conditions, and the `tenantplane.io/` provenance keys written on host objects.
 //! It has no client and does no I/O: every other crate builds on it.
 
+pub mod admission;
 pub mod conditions;
 pub mod isolation_profile;
 pub mod provenance;

@@ -38,6 +38,19 @@ pub const ISOLATION_LEVEL: &str = "tenantplane.io/isolation-level";
 /// (`spec.level` when the level's default decided).
 pub const ISOLATION_FIELD: &str = "tenantplane.io/isolation-field";
 
+/// Annotation: name of the SyncPolicy a tenant-side admission object was compiled from.
+pub const SYNC_POLICY: &str = "tenantplane.io/sync-policy";
+/// Annotation: content revision of that SyncPolicy (`sha256:` and 12 hex digits).
+pub const SYNC_POLICY_REVISION: &str = "tenantplane.io/sync-policy-revision";
+/// Annotation: the SyncPolicy rule a tenant-side admission object enforces.
+pub const SYNC_POLICY_RULE: &str = "tenantplane.io/sync-policy-rule";
+/// Annotation: how the rule is enforced in the tenant control plane: its validationActions
+/// (`Deny`, `Warn`, `Audit`).
+pub const ADMISSION_ACTIONS: &str = "tenantplane.io/admission-actions";
+/// Annotation: the Reject rules of the SyncPolicy enforced on the host side only, each with why
+/// (`rule: why`, one per line).
+pub const HOST_SIDE_ONLY: &str = "tenantplane.io/host-side-only";
+
 /// True for a key tenantplane reserves for itself.
 pub fn is_reserved(key: &str) -> bool {
     key.starts_with(PREFIX)

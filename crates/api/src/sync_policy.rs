@@ -35,6 +35,7 @@ pub struct SyncPolicySpec {
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
 #[x_kube(validation = Rule::new("self.action != 'Reject' || has(self.fieldPath)").message("a Reject rule names the offending field in fieldPath").field_path(".fieldPath"))]
+#[x_kube(validation = Rule::new("self.action == 'Reject' || !has(self.admission)").message("only a Reject rule is enforced at admission; remove admission or make the rule a Reject").field_path(".admission"))]
 pub struct SyncRule {
     /// Unique name within the policy; recorded in every decision the rule takes.
     #[schemars(
@@ -56,6 +57,36 @@ pub struct SyncRule {
     /// For a Reject rule: the field of the tenant object that offends (e.g. `spec.hostNetwork`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub field_path: Option<String>,
+    /// For a Reject rule: what the tenant control plane's admission does with an object the rule
+    /// refuses (the ValidatingAdmissionPolicyBinding's validationActions). Deny when absent. The
+    /// host-side refusal applies whatever this says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub admission: Option<AdmissionAction>,
+}
+
+/// What a Reject rule does at admission in the tenant control plane.
+#[derive(
+    schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, Default,
+)]
+pub enum AdmissionAction {
+    /// The tenant's create or update fails with the rule's name, reason and message.
+    #[default]
+    Deny,
+    /// The create or update succeeds with a warning carrying the rule's message.
+    Warn,
+    /// The create or update succeeds; the tenant control plane's audit log records the failure.
+    Audit,
+}
+
+impl AdmissionAction {
+    /// The action's name as written in YAML and in validationActions.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AdmissionAction::Deny => "Deny",
+            AdmissionAction::Warn => "Warn",
+            AdmissionAction::Audit => "Audit",
+        }
+    }
 }
 
 /// Match criteria; an empty list means "any".

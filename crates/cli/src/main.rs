@@ -45,6 +45,8 @@ enum Command {
     Service(commands::service::Args),
     /// Compile an IsolationProfile for a Tenant into the host objects that enforce it, offline.
     CompileIsolation(commands::compile_isolation::Args),
+    /// Compile a SyncPolicy's Reject rules into the tenant control plane's admission policies, offline.
+    CompileAdmission(commands::compile_admission::Args),
 }
 
 fn main() -> ExitCode {
@@ -55,6 +57,7 @@ fn main() -> ExitCode {
         Command::Audit(args) => commands::audit::run(&args),
         Command::ExplainSync(args) => commands::explain_sync::run(&args),
         Command::CompileIsolation(args) => commands::compile_isolation::run(&args),
+        Command::CompileAdmission(args) => commands::compile_admission::run(&args),
         Command::Why(args) => commands::why::run(&args),
         Command::Up(args) => commands::up::run(&args),
         Command::Service(args) => commands::service::run(args),

@@ -136,8 +136,19 @@ fn stdin_json_and_lists_are_read_and_a_syntax_error_spares_the_other_documents()
     let input = "apiVersion: v1\nkind: List\nitems:\n- {apiVersion: v1, kind: Pod, metadata: {name: a, namespace: n}, spec: {hostPID: true}}\n---\nkind: [broken\n---\n{\"apiVersion\": \"v1\", \"kind\": \"ConfigMap\", \"metadata\": {\"name\": \"c\"}}\n";
     let out = tenantplane(&["explain-sync", "-", "--fail-on", "none"], Some(input));
     let stdout = String::from_utf8(out.stdout).unwrap();
-    let lines: Vec<&str> = stdout.lines().collect();
+    let (table, admission) = stdout
+        .split_once("\n\n")
+        .expect("the table, then admission");
+    let lines: Vec<&str> = table.lines().collect();
     assert_eq!(lines.len(), 4, "{stdout}");
+    // The refused Pod would not even have been created in the tenant control plane.
+    assert_eq!(
+        admission.lines().nth(1),
+        Some(
+            "Pod/n/a   refused at apply time (ValidatingAdmissionPolicy tenantplane-demo-no-host-pid)"
+        ),
+        "{stdout}"
+    );
     assert!(
         lines[1].starts_with("Pod/n/a")
             && lines[1].contains("Rejected")

@@ -30,7 +30,7 @@ pub use decision::{Decision, Outcome};
 pub use mapping::{MappingVersion, Placement};
 pub use object::{ObjectError, SourceIdentity, TenantObject};
 pub use planner::{Plan, Planner};
-pub use policy::{CompiledPolicy, PolicyError, Verdict};
+pub use policy::{AtApply, CompiledPolicy, PolicyError, RuleAdmission, TenantAdmission, Verdict};
 
 /// Version of this core, recorded in decisions as the acting component's version.
 pub const ENGINE_VERSION: &str = env!("CARGO_PKG_VERSION");

@@ -19,7 +19,10 @@ use tenantplane_api::sync_policy::{
 
 use crate::object::TenantObject;
 
+mod admission;
 mod direct;
+
+pub use admission::{AtApply, RuleAdmission, TenantAdmission};
 
 /// The policy tenantplane ships: rejects the host-escape classics and syncs the usual kinds.
 pub const DEFAULT_POLICY_YAML: &str = include_str!("policy/default.yaml");
@@ -132,6 +135,16 @@ impl CompiledPolicy {
             if rule.action == SyncAction::Reject && rule.field_path.is_none() {
                 return Err(PolicyError::RejectWithoutField {
                     field: format!("{at}.fieldPath"),
+                });
+            }
+            if rule.action != SyncAction::Reject && rule.admission.is_some() {
+                return Err(PolicyError::Malformed {
+                    field: format!("{at}.admission"),
+                    problem: format!(
+                        "only a Reject rule is enforced at admission, and rule {} is a {}",
+                        rule.name,
+                        rule.action.as_str()
+                    ),
                 });
             }
             let selector = rule

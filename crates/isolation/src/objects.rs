@@ -4,8 +4,8 @@
 use std::collections::BTreeMap;
 
 use serde_json::{Map, Value, json};
-use tenantplane_api::provenance;
 use tenantplane_api::{IsolationProfile, Tenant};
+use tenantplane_api::{admission, provenance};
 
 use crate::settings::{LEVEL_FIELD, Quantities, Settings, Sourced, is_dns_label};
 use crate::{CompileError, CompileOptions, CompiledObject, IsolationProvenance};
@@ -390,30 +390,35 @@ impl Target {
         explanation: &str,
     ) -> [Draft; 2] {
         let name = format!("tenantplane-{}-{purpose}", self.tenant);
+        let validation = admission::Validation {
+            expression,
+            message,
+            reason: "Forbidden",
+        };
         let policy = Draft::new(
-            "admissionregistration.k8s.io/v1",
-            "ValidatingAdmissionPolicy",
+            admission::API_VERSION,
+            admission::POLICY_KIND,
             &name,
-            Some(json!({
-                "failurePolicy": "Fail",
-                "matchConstraints": match_constraints,
-                "validations": [{ "expression": expression, "message": message, "reason": "Forbidden" }],
-            })),
+            Some(admission::policy_spec(
+                match_constraints,
+                &[],
+                &[validation],
+            )),
         )
         .decided_by([field])
         .because(explanation)
         .cluster_scoped();
         let binding = Draft::new(
-            "admissionregistration.k8s.io/v1",
-            "ValidatingAdmissionPolicyBinding",
+            admission::API_VERSION,
+            admission::BINDING_KIND,
             &name,
-            Some(json!({
-                "policyName": name,
-                "validationActions": ["Deny"],
-                "matchResources": {
+            Some(admission::binding_spec(
+                &name,
+                &["Deny"],
+                Some(json!({
                     "namespaceSelector": { "matchLabels": { "kubernetes.io/metadata.name": self.namespace } },
-                },
-            })),
+                })),
+            )),
         )
         .decided_by([field])
         .because(format!("applies {name} to the host namespace {}", self.namespace))

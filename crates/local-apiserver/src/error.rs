@@ -285,7 +285,20 @@ impl ApiError {
                 let causes: Vec<Value> = details
                     .causes
                     .iter()
-                    .map(|c| json!({"reason": c.reason, "message": c.message, "field": c.field}))
+                    .map(|c| {
+                        // Empty fields are omitted, as Go's `omitempty` does.
+                        let mut cause = serde_json::Map::new();
+                        for (key, value) in [
+                            ("reason", &c.reason),
+                            ("message", &c.message),
+                            ("field", &c.field),
+                        ] {
+                            if !value.is_empty() {
+                                cause.insert(key.into(), json!(value));
+                            }
+                        }
+                        Value::Object(cause)
+                    })
                     .collect();
                 d.insert("causes".into(), Value::Array(causes));
             }

@@ -442,10 +442,13 @@ fn partial_metadata(object: &Value) -> Value {
     })
 }
 
-/// Kinds whose objects are stored but whose behaviour is not enforced.
+/// Kinds whose objects are stored but whose behaviour is not enforced: every admission kind but
+/// ValidatingAdmissionPolicy and its binding (see `admission`).
 fn not_enforced_warning(rt: &ResourceType) -> Option<&'static str> {
-    (rt.group == "admissionregistration.k8s.io").then_some(
-        "299 - \"tenantplane-local-apiserver stores admission policies but does not enforce them\"",
+    (rt.group == crate::admission::GROUP
+        && ![crate::admission::POLICIES, crate::admission::BINDINGS].contains(&rt.plural.as_str()))
+    .then_some(
+        "299 - \"tenantplane-local-apiserver stores this admission configuration but does not enforce it\"",
     )
 }
 

@@ -6,7 +6,8 @@
 //! machines where no cluster can run, and so a newcomer can run the whole
 //! system without one. It is **not** a product component: tenantplane targets
 //! real clusters, and this server has no authentication (every request is
-//! accepted), no authorization, no admission enforcement and no kubelet.
+//! accepted), no authorization, no admission webhooks (ValidatingAdmissionPolicies are
+//! enforced) and no kubelet.
 //!
 //! What it serves and how faithfully is listed in the crate README; the
 //! semantics test suite in `tests/` runs the same assertions against this
@@ -24,6 +25,7 @@
 //! # }
 //! ```
 
+mod admission;
 mod aggregation;
 mod apply;
 mod cel_check;

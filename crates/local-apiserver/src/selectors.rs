@@ -93,6 +93,51 @@ impl LabelSelector {
         Ok(Self(requirements))
     }
 
+    /// A `metav1.LabelSelector` object (`matchLabels`, `matchExpressions`).
+    pub fn from_object(selector: &Value) -> ApiResult<Self> {
+        let mut requirements: Vec<LabelRequirement> = selector
+            .get("matchLabels")
+            .and_then(Value::as_object)
+            .into_iter()
+            .flatten()
+            .map(|(k, v)| {
+                LabelRequirement::Equals(k.clone(), v.as_str().unwrap_or_default().into())
+            })
+            .collect();
+        for e in selector
+            .get("matchExpressions")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let key = e
+                .get("key")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_string();
+            let values = e
+                .get("values")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .map(str::to_string)
+                .collect();
+            requirements.push(match e.get("operator").and_then(Value::as_str) {
+                Some("In") => LabelRequirement::In(key, values),
+                Some("NotIn") => LabelRequirement::NotIn(key, values),
+                Some("Exists") => LabelRequirement::Exists(key),
+                Some("DoesNotExist") => LabelRequirement::DoesNotExist(key),
+                other => {
+                    return Err(ApiError::bad_request(format!(
+                        "{other:?} is not a valid label selector operator"
+                    )));
+                }
+            });
+        }
+        Ok(Self(requirements))
+    }
+
     /// Whether an object's `metadata.labels` satisfy every requirement.
     pub fn matches(&self, object: &Value) -> bool {
         let labels = object.pointer("/metadata/labels");

@@ -18,6 +18,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 use tokio::sync::{Notify, broadcast};
 
+use crate::admission;
 use crate::aggregation;
 use crate::apply::{Writer, record_update, server_side_apply};
 use crate::error::{ApiError, ApiResult};
@@ -292,6 +293,22 @@ impl State {
             "",
             namespace,
         )
+    }
+
+    /// Refuses a create or update a ValidatingAdmissionPolicy denies (see [`admission`]).
+    fn admit(&self, request: &admission::Request<'_>) -> ApiResult<()> {
+        let bucket = |plural: &str| {
+            self.bucket(&StorageKey {
+                group: admission::GROUP.into(),
+                plural: plural.into(),
+            })
+        };
+        let (Some(policies), Some(bindings)) =
+            (bucket(admission::POLICIES), bucket(admission::BINDINGS))
+        else {
+            return Ok(());
+        };
+        admission::admit(policies.values(), bindings.values(), request)
     }
 
     fn record(&mut self, change: Change, sender: &broadcast::Sender<Arc<Change>>) {
@@ -842,6 +859,16 @@ impl Store {
             return Err(ApiError::already_exists(&rt.group, &rt.plural, &name));
         }
         self.apply_defaults(state, rt, &mut body, dry_run)?;
+        state.admit(&admission::Request {
+            rt,
+            operation: "CREATE",
+            namespace: ns_key,
+            name: &name,
+            object: &body,
+            old: None,
+            namespace_object: state.namespace_object(namespace),
+            dry_run,
+        })?;
         if dry_run {
             return Ok(body);
         }
@@ -1389,6 +1416,18 @@ impl Store {
             if !opts.dry_run {
                 state.registry = registry;
             }
+        }
+        if !status_only {
+            state.admit(&admission::Request {
+                rt,
+                operation: "UPDATE",
+                namespace,
+                name,
+                object: &new,
+                old: Some(old),
+                namespace_object: state.namespace_object(namespace),
+                dry_run: opts.dry_run,
+            })?;
         }
         if opts.dry_run {
             return Ok(new);

@@ -33,6 +33,7 @@ use crate::isolation::{self, IsolationService};
 use crate::record::{DecisionRecorder, TenantLedger, flush_loop};
 use crate::shard::Shard;
 use crate::tenant::{self, Shared, TenantRuntime};
+use crate::tenant_admission;
 
 pub use tenantplane_api::tenant::FINALIZER;
 /// Annotation on a host namespace tenantplane created (and so may delete).
@@ -472,6 +473,15 @@ async fn apply(tenant: &Tenant, ctx: &Context) -> Result<Action, Error> {
         }
     };
     record_discovery(tenant, &compiled, &ledger, &host_side_recorder, &discovered).await?;
+    let admission_source = tenant_admission::Source::new(tenant, policy.as_ref(), &compiled);
+    tenant_admission::reconcile(
+        &client,
+        &host_side_recorder,
+        &ledger,
+        &admission_source,
+        &compiled,
+    )
+    .await;
     let requeue = if discovered.unavailable.is_empty() {
         ctx.resync
     } else {
@@ -694,6 +704,40 @@ async fn compile_and_apply(
     }
 }
 
+/// Removes the Tenant's admission objects from its control plane, each removal a recorded
+/// decision. A control plane that cannot be reached (perhaps gone before its Tenant) is left as
+/// it is, with a warning.
+async fn remove_tenant_admission(tenant: &Tenant, ctx: &Context) {
+    let host = &ctx.shared.host;
+    let name = tenant.name_any();
+    let removed = async {
+        let policy = match &tenant.spec.sync_policy_ref {
+            Some(p) => Api::<SyncPolicy>::all(host.clone()).get_opt(p).await?,
+            None => None,
+        };
+        let compiled = match &policy {
+            Some(p) => CompiledPolicy::compile(p)?,
+            None => CompiledPolicy::builtin_default(),
+        };
+        let yaml = read_kubeconfig(host, tenant).await?;
+        let client = connect(&yaml, tenant.spec.control_plane.context.as_deref()).await?;
+        let recorder = DecisionRecorder::host_side(
+            TenantLedger::default(),
+            ctx.shared.log.clone(),
+            ctx.shared.metrics.clone(),
+        );
+        let source = tenant_admission::Source::new(tenant, policy.as_ref(), &compiled);
+        tenant_admission::remove(&client, &recorder, &source).await
+    }
+    .await;
+    match removed {
+        Ok(n) => tracing::info!(tenant = %name, removed = n, "tenant admission removed"),
+        Err(e) => {
+            tracing::warn!(tenant = %name, error = %format!("{e:#}"), "tenant admission left in place")
+        }
+    }
+}
+
 async fn read_kubeconfig(host: &Client, tenant: &Tenant) -> anyhow::Result<String> {
     let r = &tenant.spec.control_plane.kubeconfig_secret;
     let secret = Api::<Secret>::namespaced(host.clone(), &r.namespace)
@@ -736,6 +780,7 @@ async fn cleanup(tenant: &Tenant, ctx: &Context) -> Result<Action, Error> {
     let host_ns = tenant.host_namespace();
     ctx.stop_serving(&name).await;
     let host = &ctx.shared.host;
+    remove_tenant_admission(tenant, ctx).await;
     let selector = format!(
         "{}=true,{}={}",
         provenance::MANAGED,

@@ -28,6 +28,20 @@ use crate::record::{COMPONENT, DecisionRecorder};
 use crate::tenant::FIELD_MANAGER;
 use crate::trace;
 
+/// A cluster compiled objects are written to: its name in write spans, and the prefix of the
+/// ledger keys of the decisions about its objects.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Cluster {
+    pub(crate) name: &'static str,
+    pub(crate) ledger_prefix: &'static str,
+}
+
+/// The host cluster, where isolation objects go.
+const HOST: Cluster = Cluster {
+    name: "host",
+    ledger_prefix: "isolation",
+};
+
 /// Annotation on the host namespace: the isolation objects last applied (JSON list of refs).
 pub const APPLIED_ANNOTATION: &str = "tenantplane.io/isolation-applied";
 
@@ -281,9 +295,10 @@ pub struct Applied {
     pub unchanged: usize,
 }
 
-/// A host write an isolation decision leads to.
+/// A write a decision about a compiled object leads to (isolation objects in the host, and
+/// admission policies in a tenant control plane: [`crate::tenant_admission`]).
 #[derive(Debug)]
-enum Write {
+pub(crate) enum Write {
     /// Server-side apply of the compiled object (the decision id is added to it).
     Apply(Value),
     /// Delete the object, with its uid as precondition.
@@ -292,27 +307,29 @@ enum Write {
 
 /// What an isolation decision says, whoever it is about.
 #[derive(Debug)]
-struct Verdict {
-    outcome: Outcome,
-    action: HostAction,
-    /// The profile fields that produced the object, comma-separated.
-    field_path: String,
-    reason: &'static str,
-    message: String,
+pub(crate) struct Verdict {
+    pub(crate) outcome: Outcome,
+    pub(crate) action: HostAction,
+    /// The profile fields (or the SyncPolicy rule) that produced the object.
+    pub(crate) field_path: String,
+    pub(crate) reason: &'static str,
+    pub(crate) message: String,
 }
 
 /// One compiled or pruned object that needs a write.
 #[derive(Debug)]
-struct Change {
-    target: IsolationRef,
-    api: Api<DynamicObject>,
-    verdict: Verdict,
-    write: Write,
+pub(crate) struct Change {
+    pub(crate) target: IsolationRef,
+    pub(crate) api: Api<DynamicObject>,
+    pub(crate) verdict: Verdict,
+    pub(crate) write: Write,
+    /// The cluster written to.
+    pub(crate) cluster: Cluster,
 }
 
 /// The compiled object as applied: with the [`DESIRED_DIGEST`] annotation of its content, so
 /// that the next reconcile sees it is in place without writing.
-fn desired(object: &Value) -> (Value, String) {
+pub(crate) fn desired(object: &Value) -> (Value, String) {
     let d = digest(object);
     let mut desired = object.clone();
     if let Some(meta) = desired.get_mut("metadata").and_then(Value::as_object_mut) {
@@ -380,6 +397,7 @@ pub async fn apply(
                 message: compiled_object.provenance.explanation.clone(),
             },
             write: Write::Apply(object),
+            cluster: HOST,
         });
     }
     for r in &compiled.prune {
@@ -414,6 +432,7 @@ pub async fn apply(
                 ),
             },
             write: Write::Delete(host.metadata.uid),
+            cluster: HOST,
         });
     }
 
@@ -448,7 +467,7 @@ pub async fn apply(
                 &change.verdict,
                 trace::stamp_in(&span, COMPONENT),
             );
-            write(recorder, source, &change, &decision, started)
+            write(recorder, &source.digest, &change, &decision, started)
                 .instrument(span)
                 .await?;
             match change.verdict.outcome {
@@ -479,17 +498,17 @@ pub async fn apply(
 }
 
 /// Records the decision about one object, then writes it (in the decision's span); a failed
-/// write is a Failed decision of its own, in a child span.
-async fn write(
+/// write is a Failed decision of its own, in a child span. `digest` is the decision's input.
+pub(crate) async fn write(
     recorder: &DecisionRecorder,
-    source: &Source,
+    digest: &str,
     change: &Change,
     decision: &Decision,
     started: Instant,
 ) -> anyhow::Result<()> {
-    let key = format!("isolation:{}", change.target);
+    let key = format!("{}:{}", change.cluster.ledger_prefix, change.target);
     let recorded = recorder
-        .record(&key, decision, &source.digest, None, started)
+        .record(&key, decision, digest, None, started)
         .await?;
     let r = &change.target;
     let (verb, result) = match &change.write {
@@ -497,7 +516,7 @@ async fn write(
             let mut object = object.clone();
             object["metadata"]["annotations"][provenance::DECISION_ID] = json!(decision.id);
             let params = PatchParams::apply(FIELD_MANAGER).force();
-            let span = trace::host_write_span("PATCH", r);
+            let span = trace::write_span(change.cluster.name, "PATCH", r);
             let result = change
                 .api
                 .patch(&r.name, &params, &Patch::Apply(&object))
@@ -514,7 +533,7 @@ async fn write(
                 }),
                 ..DeleteParams::default()
             };
-            let span = trace::host_write_span("DELETE", r);
+            let span = trace::write_span(change.cluster.name, "DELETE", r);
             let result = match change.api.delete(&r.name, &params).instrument(span).await {
                 Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
                 other => other.map(|_| ()),
@@ -530,7 +549,7 @@ async fn write(
     let failed =
         crate::reconcile::failed(decision, &e.to_string(), trace::stamp_in(&span, COMPONENT));
     let _ = recorder
-        .record(&key, &failed, &source.digest, None, started)
+        .record(&key, &failed, digest, None, started)
         .instrument(span)
         .await;
     Err(e).with_context(|| format!("{verb} {r}"))

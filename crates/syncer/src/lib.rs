@@ -18,7 +18,8 @@
 //! API group version at a time; [`tenant`] wires watches, the work queue and workers of one tenant;
 //! [`controller`] runs the Tenant controller; [`run`] wires everything from a [`Config`].
 //! [`trace`] opens one span per decision and [`metrics`] counts and times them. [`shard`] splits
-//! the Tenants between several replicas through Leases.
+//! the Tenants between several replicas through Leases. [`tenant_admission`] keeps the SyncPolicy's
+//! Reject rules enforced at admission in each tenant control plane.
 //! docs/syncer.md describes the behaviour and its guarantees.
 
 #![forbid(unsafe_code)]
@@ -37,6 +38,7 @@ pub mod service;
 pub mod settle;
 pub mod shard;
 pub mod tenant;
+pub mod tenant_admission;
 pub mod trace;
 
 use std::sync::Arc;

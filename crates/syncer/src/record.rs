@@ -188,6 +188,15 @@ impl TenantLedger {
         }
     }
 
+    /// A condition of the Tenant as it will be written.
+    pub fn condition(&self, type_: &str) -> Option<Condition> {
+        self.lock()
+            .conditions
+            .iter()
+            .find(|c| c.type_ == type_)
+            .cloned()
+    }
+
     /// Whether a condition is currently True.
     pub fn condition_is_true(&self, type_: &str) -> bool {
         self.lock()

@@ -52,11 +52,17 @@ pub fn isolation_span(tenant: &str, profile: &str) -> tracing::Span {
     span(None, tenant, &api_version, "IsolationProfile", "", profile)
 }
 
-/// The span of a host write of an isolation decision (a child of the current span).
-pub fn host_write_span(verb: &str, target: &crate::isolation::IsolationRef) -> tracing::Span {
+/// The span of a write of a compiled object (a child of the current span): an isolation object
+/// in the host (`cluster` is `host`, span `tenantplane.host.write`) or an admission policy in a
+/// tenant control plane (`tenant`, `tenantplane.tenant.write`).
+pub fn write_span(
+    cluster: &str,
+    verb: &str,
+    target: &crate::isolation::IsolationRef,
+) -> tracing::Span {
     tracing::info_span!(
         "tenantplane.kube.call",
-        otel.name = "tenantplane.host.write",
+        otel.name = %format!("tenantplane.{cluster}.write"),
         otel.kind = "client",
         http.request.method = %verb,
         k8s.object.kind = %target.kind,

@@ -23,7 +23,7 @@ use tenantplane_core::documents::Origin;
 use tenantplane_core::parallel;
 use tenantplane_core::planner::HostState;
 use tenantplane_core::watch::{UnrecordedFate, Watches};
-use tenantplane_core::{CompiledPolicy, Decision, Outcome, Plan, Planner, TenantObject};
+use tenantplane_core::{AtApply, CompiledPolicy, Decision, Outcome, Plan, Planner, TenantObject};
 
 use crate::input::{self, OutputFormat};
 use crate::{host_cluster, kind_scopes};
@@ -105,6 +105,10 @@ pub struct Explained {
     /// Why the document could not be planned.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<InputError>,
+    /// For an object the host refuses: what the tenant control plane's admission does with it
+    /// when it is applied (the SyncPolicy compiled into ValidatingAdmissionPolicies).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tenant_admission: Option<AtApply>,
 }
 
 /// The plan and decision of one object.
@@ -138,6 +142,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
             .with_context(|| format!("SyncPolicy {}", path.display()))?,
         _ => CompiledPolicy::builtin_default(),
     };
+    let admission = policy.tenant_admission(tenant.metadata.name.as_deref().unwrap_or_default());
     let planner = Planner::new(&tenant, policy);
     let mut documents = input::read_documents(&args.inputs)?;
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -173,6 +178,21 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
             objects,
         ))?,
     };
+    let mut results = results;
+    for r in &mut results {
+        if let Some(p) = r
+            .planned
+            .as_ref()
+            .filter(|p| p.decision.outcome == Outcome::Rejected)
+        {
+            let rule = p
+                .decision
+                .policy
+                .as_ref()
+                .and_then(|policy| policy.rule.as_deref());
+            r.tenant_admission = Some(admission.refused_by(rule));
+        }
+    }
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     match args.output {
         OutputFormat::Table => write_table(&mut out, &results)?,
@@ -330,6 +350,7 @@ fn assemble<'a>(
                 origin,
                 planned: None,
                 unrecorded: None,
+                tenant_admission: None,
                 error: None,
             };
             match error {
@@ -504,7 +525,39 @@ pub fn write_table(out: &mut impl Write, results: &[Explained]) -> std::io::Resu
             },
         }
     }
-    table.write(out)
+    table.write(out)?;
+    write_tenant_admission(out, results)
+}
+
+/// After the table, for each refused object: what the tenant's control plane does when the
+/// object is applied.
+fn write_tenant_admission(out: &mut impl Write, results: &[Explained]) -> std::io::Result<()> {
+    let refused: Vec<(String, &AtApply)> = results
+        .iter()
+        .filter_map(|r| {
+            let s = &r.planned.as_ref()?.decision.subject;
+            Some((
+                format!("{}/{}/{}", s.kind, s.namespace, s.name),
+                r.tenant_admission.as_ref()?,
+            ))
+        })
+        .collect();
+    if refused.is_empty() {
+        return Ok(());
+    }
+    let width = refused
+        .iter()
+        .map(|(s, _)| s.chars().count())
+        .max()
+        .unwrap_or(0);
+    writeln!(
+        out,
+        "\nREFUSED ON THE HOST · AT APPLY TIME IN THE TENANT CONTROL PLANE"
+    )?;
+    for (subject, at_apply) in refused {
+        writeln!(out, "{subject:<width$}   {at_apply}")?;
+    }
+    Ok(())
 }
 
 /// Rows of [`Table::COLUMNS`] cells, all in one string, printed in aligned columns.

@@ -1,6 +1,7 @@
 //! One module per subcommand; each exposes `Args` (clap) and `run`.
 
 pub mod audit;
+pub mod compile_admission;
 pub mod compile_isolation;
 pub mod crds;
 pub mod decisions;
