@@ -14,7 +14,8 @@
 //! - otherwise → not carried out: a decision of its own closes it (outcome Failed, reason
 //!   `NotCarriedOut`, `closes` = its id), and the object is decided again as usual.
 //!
-//! Actions recorded by this process are not looked at: their writes may be in flight.
+//! Actions recorded by this process are not looked at: their writes may be in flight. An action
+//! on the tenant control plane (its admission objects) is looked for there, the rest on the host.
 
 use std::sync::Arc;
 
@@ -40,10 +41,12 @@ enum Found {
 }
 
 /// Settles the open actions of `tenant` recorded at or before sequence `before` (the log's head
-/// when this process started). Returns how many were closed as not carried out.
+/// when this process started), reading their targets from `host` or, for the tenant's admission
+/// objects, from `tenant_control_plane`. Returns how many were closed as not carried out.
 pub async fn settle_tenant(
     log: &Arc<dyn DecisionLog>,
     host: &kube::Client,
+    tenant_control_plane: &kube::Client,
     tenant: &str,
     before: u64,
 ) -> anyhow::Result<usize> {
@@ -61,7 +64,12 @@ pub async fn settle_tenant(
             log.carried_out(entry.sequence);
             continue;
         };
-        let host_object = match get(host, target).await {
+        let cluster = if crate::tenant_admission::targets_tenant_control_plane(d) {
+            tenant_control_plane
+        } else {
+            host
+        };
+        let host_object = match get(cluster, target).await {
             Ok(found) => found,
             Err(e) => {
                 tracing::warn!(decision.id = %d.id, error = %e,
@@ -110,7 +118,7 @@ async fn found(
     {
         return Ok(Found::CarriedOut);
     }
-    let target = d.target.as_ref().map(place).unwrap_or_default();
+    let target = d.target.as_ref().map(|t| place(d, t)).unwrap_or_default();
     Ok(match (d.action, host, carried) {
         (HostAction::Delete, None, _) => Found::CarriedOut,
         (_, None, _) => Found::NotCarriedOut(format!("{target} does not exist")),
@@ -121,11 +129,18 @@ async fn found(
     })
 }
 
-fn place(t: &HostTarget) -> String {
-    if t.namespace.is_empty() {
-        format!("host {} {}", t.kind, t.name)
+/// Where `decision`'s target `t` is, in words: "host Kind ns/name" or "tenant control plane
+/// Kind name".
+fn place(decision: &Decision, t: &HostTarget) -> String {
+    let cluster = if crate::tenant_admission::targets_tenant_control_plane(decision) {
+        "tenant control plane"
     } else {
-        format!("host {} {}/{}", t.kind, t.namespace, t.name)
+        "host"
+    };
+    if t.namespace.is_empty() {
+        format!("{cluster} {} {}", t.kind, t.name)
+    } else {
+        format!("{cluster} {} {}/{}", t.kind, t.namespace, t.name)
     }
 }
 
@@ -155,19 +170,19 @@ fn not_carried_out(
 }
 
 /// The host object at `target`, if any (its kind found by discovery).
-async fn get(host: &kube::Client, target: &HostTarget) -> anyhow::Result<Option<Value>> {
+async fn get(cluster: &kube::Client, target: &HostTarget) -> anyhow::Result<Option<Value>> {
     let (group, version) = match target.api_version.split_once('/') {
         Some((g, v)) => (g, v),
         None => ("", target.api_version.as_str()),
     };
     let gvk = GroupVersionKind::gvk(group, version, &target.kind);
-    let (resource, _) = kube::discovery::pinned_kind(host, &gvk)
+    let (resource, _) = kube::discovery::pinned_kind(cluster, &gvk)
         .await
         .with_context(|| format!("discovering {}/{}", target.api_version, target.kind))?;
     let api: Api<DynamicObject> = if target.namespace.is_empty() {
-        Api::all_with(host.clone(), &resource)
+        Api::all_with(cluster.clone(), &resource)
     } else {
-        Api::namespaced_with(host.clone(), &target.namespace, &resource)
+        Api::namespaced_with(cluster.clone(), &target.namespace, &resource)
     };
     let object = api.get_opt(&target.name).await?;
     Ok(object.map(|o| serde_json::to_value(o).unwrap_or_default()))

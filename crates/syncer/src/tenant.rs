@@ -435,9 +435,14 @@ pub async fn start(
         }
         if let Some(log) = &w.shared.log {
             let tenant = &w.placement.tenant;
-            if let Err(e) =
-                crate::settle::settle_tenant(log, &w.shared.host, tenant, w.shared.log_start).await
-            {
+            let settled = crate::settle::settle_tenant(
+                log,
+                &w.shared.host,
+                &w.tenant_client,
+                tenant,
+                w.shared.log_start,
+            );
+            if let Err(e) = settled.await {
                 tracing::warn!(tenant = %tenant, error = %e, "settling open host actions failed");
             }
         }

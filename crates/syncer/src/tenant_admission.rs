@@ -23,7 +23,7 @@ use tenantplane_core::decision::{
     Decision, HostAction, HostTarget, Outcome, PolicyRef, Stamp, Subject,
 };
 use tenantplane_core::translate::{DESIRED_DIGEST, digest};
-use tenantplane_core::{CompiledPolicy, MAPPING_VERSION};
+use tenantplane_core::{CompiledPolicy, MappingVersion};
 use tracing::Instrument as _;
 
 use crate::isolation::{Change, Cluster, IsolationRef, Resolver, Verdict, Write, desired, write};
@@ -49,6 +49,17 @@ pub struct Source {
     pub uid: String,
     /// Its resourceVersion (empty for the built-in policy).
     pub resource_version: String,
+    /// The Tenant's mapping scheme, recorded on each decision (the tenant control plane's
+    /// objects are not mapped).
+    pub mapping: MappingVersion,
+}
+
+/// Whether `decision`'s target is an object in the tenant control plane (an admission object
+/// compiled from the Tenant's SyncPolicy) rather than in the host cluster.
+pub fn targets_tenant_control_plane(decision: &Decision) -> bool {
+    decision.subject.kind == "SyncPolicy"
+        && decision.subject.api_version
+            == format!("{}/{}", tenantplane_api::GROUP, tenantplane_api::VERSION)
 }
 
 impl Source {
@@ -65,6 +76,7 @@ impl Source {
             resource_version: policy
                 .and_then(|p| p.metadata.resource_version.clone())
                 .unwrap_or_default(),
+            mapping: tenant.mapping_version(),
         }
     }
 
@@ -113,7 +125,8 @@ impl Source {
             field_path: None,
             stripped_keys: Vec::new(),
             input_digest: input_digest.to_string(),
-            mapping_version: MAPPING_VERSION.into(),
+            mapping_version: self.mapping.to_string(),
+            closes: None,
             component: stamp.component,
             component_version: stamp.component_version,
             trace_id: stamp.trace_id,
