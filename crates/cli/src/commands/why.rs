@@ -90,7 +90,7 @@ enum Format {
 }
 
 /// What `why` found: the answer, printed as text or JSON.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Default, Serialize)]
 #[serde(rename_all = "camelCase")]
 struct Explanation {
     /// The host object asked about, with its tenantplane metadata.
@@ -329,17 +329,7 @@ async fn explain_unrecorded(
             scope,
         );
     }
-    let mut explanation = Explanation {
-        host_object: None,
-        source: None,
-        isolation: None,
-        created_by: None,
-        last_changed_by: None,
-        not_carried_out: Vec::new(),
-        unrecorded: None,
-        decisions: 0,
-        problems: Vec::new(),
-    };
+    let mut explanation = Explanation::default();
     let fate = Watches::new(&policy, scopes)
         .unrecorded_identity(&api_version, &kind, &target.namespace, &target.name)
         .map_err(|e| anyhow::anyhow!("{}: {e}", args.object))?;
@@ -455,14 +445,7 @@ async fn explain_host_object(args: &Args, target: &ObjectRef) -> anyhow::Result<
     };
     let mut explanation = Explanation {
         host_object: Some(host_object),
-        source: None,
-        isolation: None,
-        created_by: None,
-        last_changed_by: None,
-        unrecorded: None,
-        decisions: 0,
-        not_carried_out: Vec::new(),
-        problems: Vec::new(),
+        ..Explanation::default()
     };
     let mark = |key: &str| marks.get(key).cloned().unwrap_or_default();
     if let Some(profile) = marks.get(provenance::ISOLATION_PROFILE) {

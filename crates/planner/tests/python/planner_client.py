@@ -59,12 +59,14 @@ def main(address):
 
     Version, get_version = rpc("GetVersion")
     version = get_version(Version(), timeout=10)
-    assert version.mapping_version == "v1", version
+    # the newest mapping scheme; each request names its tenant's
+    assert version.mapping_version == "v2", version
 
     PlanRequest, plan = rpc("Plan")
     request = PlanRequest()
     request.tenant.name = "acme"
     request.tenant.host_namespace = "tenant-acme"
+    request.tenant.mapping_version = "v2"
     # A client that reads the answer as it comes asks for complete plans, with plan_form alone
     # (the recommendation on PlanForm in planner.proto).
     request.plan_form = plan_form.values_by_name["PLAN_FORM_STANDARD"].number
@@ -92,6 +94,7 @@ def main(address):
     assert synced.placement.target.name == "web-x-shop", synced
     assert synced.decision.component == "tenantplane-planner", synced.decision
     assert synced.decision.target.name == "web-x-shop", synced.decision
+    assert synced.decision.mapping_version == "v2", synced.decision
     assert synced.placement.labels["tenantplane.io/tenant"] == "acme", synced.placement
     assert response.plans[1].verdict.field_path == "spec.hostNetwork", response.plans[1]
 
