@@ -1,10 +1,11 @@
 //! explain-sync reading the current host state from a live cluster (the local API server standing
-//! in for the host cluster): a hand-made object at a target name is predicted as a Conflict, and
-//! an unreachable cluster is a clear error.
+//! in for the host cluster): a hand-made object at a target name is predicted as a Conflict, a
+//! reference to one as a refusal (whatever kinds the inputs are), and an unreachable cluster is a
+//! clear error.
 
 use std::process::Command;
 
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, ServiceAccount};
 use kube::api::{Api, PostParams};
 use tenantplane_local_apiserver::LocalApiServer;
 
@@ -97,4 +98,53 @@ async fn an_unreachable_host_cluster_is_a_clear_error() {
         stderr.contains("on the host cluster http://127.0.0.1:"),
         "{stderr}"
     );
+}
+
+#[tokio::test]
+async fn a_reference_to_a_foreign_object_of_a_kind_not_among_the_inputs_is_predicted_refused() {
+    let host = LocalApiServer::builder().start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("host.kubeconfig");
+    host.write_kubeconfig(&kubeconfig, "host").unwrap();
+    let client = host.client().await.unwrap();
+    let namespace: Namespace =
+        serde_json::from_value(serde_json::json!({"metadata": {"name": "tenant-demo"}})).unwrap();
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &namespace)
+        .await
+        .unwrap();
+    let platform_admin: ServiceAccount =
+        serde_json::from_value(serde_json::json!({"metadata": {"name": "platform-admin-x-lab"}}))
+            .unwrap();
+    Api::<ServiceAccount>::namespaced(client, "tenant-demo")
+        .create(&PostParams::default(), &platform_admin)
+        .await
+        .unwrap();
+    // Only a Pod among the inputs: the host's ServiceAccounts are read all the same.
+    let pod = dir.path().join("pod.yaml");
+    std::fs::write(
+        &pod,
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: borrower, namespace: lab}\n\
+         spec: {serviceAccountName: platform-admin, containers: [{name: main, image: app}]}\n",
+    )
+    .unwrap();
+
+    let (pod, kubeconfig) = (
+        pod.to_str().unwrap().to_string(),
+        kubeconfig.to_str().unwrap().to_string(),
+    );
+    let out =
+        tokio::task::spawn_blocking(move || explain(&[&pod, "--host-kubeconfig", &kubeconfig]))
+            .await
+            .unwrap();
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let row = stdout
+        .lines()
+        .find(|l| l.starts_with("Pod/lab/borrower"))
+        .unwrap_or_else(|| panic!("{stdout}"));
+    assert!(
+        row.contains("Rejected") && row.contains("ReferenceToForeignHostObject"),
+        "{stdout}"
+    );
+    host.shutdown().await.unwrap();
 }

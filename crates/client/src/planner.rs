@@ -191,7 +191,7 @@ impl PlannerClient {
                     .map(|p: &PlannedObject| p.plan.clone())
                     .collect();
                 let refused = tenantplane_core::planner::settle_shared_names(
-                    batch.tenant.mapping,
+                    &batch.tenant,
                     &batch_objects,
                     &mut plans,
                 );

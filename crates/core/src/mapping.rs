@@ -107,6 +107,13 @@ pub enum HostNameForm {
     Hashed,
 }
 
+/// Whether two tenant objects of one kind can map to the host name `host_name` under mapping
+/// v1: only when it holds the separator more than once (`a-x-b-x-c` is `c/a-x-b` and `b-x-c/a`);
+/// otherwise it splits back into one namespace and name.
+pub fn may_be_shared_under_v1(host_name: &str) -> bool {
+    separators_in(host_name) > 1
+}
+
 /// How many times the separator occurs in `s`, overlapping matches included (`a-x-x-b`: 2).
 fn separators_in(s: &str) -> usize {
     s.as_bytes()
@@ -139,6 +146,27 @@ pub struct Placement {
     /// Reserved `tenantplane.io/` keys the tenant object carried, stripped from the host object.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub stripped_keys: Vec<String>,
+}
+
+impl Placement {
+    /// The metadata of the host object synced from its source at this placement (provenance
+    /// included, decision id and source uid not).
+    pub fn synced_meta(&self) -> crate::collision::HostObjectMeta {
+        crate::collision::HostObjectMeta {
+            api_version: self.api_version.clone(),
+            kind: self.kind.clone(),
+            namespace: self.namespace.clone(),
+            name: self.name.clone(),
+            labels: owned(&self.labels),
+            annotations: owned(&self.annotations),
+        }
+    }
+}
+
+fn owned(map: &MetadataMap) -> BTreeMap<String, String> {
+    map.iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
 }
 
 /// The part of a Tenant the mapping needs.

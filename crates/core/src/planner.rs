@@ -105,7 +105,7 @@ impl Planner {
     /// Under mapping v1, refuses the plans (`plans[i]` of `objects[i]`) that would create a host
     /// object another object of the batch takes: [`settle_shared_names`].
     pub fn settle_shared_names(&self, objects: &[&TenantObject], plans: &mut [Plan]) {
-        settle_shared_names(self.tenant.mapping, objects, plans);
+        settle_shared_names(&self.tenant, objects, plans);
     }
 
     /// The translation of a planned object, with its references checked against `host`: what
@@ -144,6 +144,18 @@ impl Planner {
                     && mapping::place(&self.tenant, o).name == plan.placement.name
                     && self.policy.evaluate(o).action == SyncAction::Sync
             })
+            .min_by(|a, b| order(&a.identity).cmp(&order(&b.identity)))
+    }
+
+    /// Which of `objects`, tenant objects of one kind that share a v1 host name, takes it
+    /// ([`settle_shared_names`]'s rule): the first by namespace and name that the policy syncs.
+    pub fn taker<'o>(
+        &self,
+        objects: impl IntoIterator<Item = &'o TenantObject>,
+    ) -> Option<&'o TenantObject> {
+        objects
+            .into_iter()
+            .filter(|o| self.policy.evaluate(o).action == SyncAction::Sync)
             .min_by(|a, b| order(&a.identity).cmp(&order(&b.identity)))
     }
 
@@ -215,17 +227,29 @@ impl Planner {
 /// them in: among the objects the policy syncs that map to it, the first by (namespace, name).
 /// Refuses, as a Conflict naming that object, every other plan (`plans[i]` of `objects[i]`) that
 /// would create it. A host object already there has been decided by the collision check (its
-/// owner keeps it).
+/// owner keeps it). Then a reference to such a name is checked against the object that takes
+/// it, as it would be against its host object once written: a pod in `b-x-c` naming ConfigMap
+/// `a` is refused when `c/a-x-b` takes `a-x-b-x-c` ([`reference::check`]).
 ///
-/// Returns the indices of the plans it refused.
+/// Returns the indices of the plans it refused, in order.
 pub fn settle_shared_names(
-    mapping: MappingVersion,
+    tenant: &TenantPlacement,
     objects: &[&TenantObject],
     plans: &mut [Plan],
 ) -> Vec<usize> {
-    if mapping != MappingVersion::V1 {
+    if tenant.mapping != MappingVersion::V1 {
         return Vec::new();
     }
+    let mut refused = settle_claims(objects, plans);
+    refused.extend(settle_references(tenant, objects, plans));
+    refused.sort_unstable();
+    refused.dedup();
+    refused
+}
+
+/// The first half of [`settle_shared_names`]: the Conflicts of the objects that do not take a
+/// shared name.
+fn settle_claims(objects: &[&TenantObject], plans: &mut [Plan]) -> Vec<usize> {
     let view: &[Plan] = plans;
     let mut by_target: HashMap<(&str, &str, &str), Vec<usize>> = HashMap::new();
     for (i, plan) in view.iter().enumerate() {
@@ -262,6 +286,55 @@ pub fn settle_shared_names(
             i
         })
         .collect()
+}
+
+/// The second half of [`settle_shared_names`]: refuses the synced plans with a reference to a
+/// shared v1 host name that another object of the batch creates.
+fn settle_references(
+    tenant: &TenantPlacement,
+    objects: &[&TenantObject],
+    plans: &mut [Plan],
+) -> Vec<usize> {
+    let created = Created(
+        plans
+            .iter()
+            .filter(|p| {
+                p.outcome == Outcome::Synced
+                    && matches!(p.collision, Some(Collision::Create))
+                    && mapping::may_be_shared_under_v1(&p.placement.name)
+            })
+            .map(|p| p.placement.synced_meta())
+            .collect(),
+    );
+    if created.0.is_empty() {
+        return Vec::new();
+    }
+    let mut refused = Vec::new();
+    for (i, (object, plan)) in objects.iter().zip(plans.iter_mut()).enumerate() {
+        if plan.outcome != Outcome::Synced {
+            continue;
+        }
+        let Ok(desired) = translate::to_host(tenant, object, &plan.placement) else {
+            continue;
+        };
+        if let Err(refusal) = reference::check(tenant, &desired.references, &created) {
+            plan.refuse(refusal);
+            refused.push(i);
+        }
+    }
+    refused
+}
+
+/// The host objects a batch's plans create at shared v1 host names.
+struct Created(Vec<HostObjectMeta>);
+
+impl HostObjects for Created {
+    fn host_object(&self, group: &str, kind: &str, name: &str) -> Option<HostObjectMeta> {
+        self.0
+            .iter()
+            .find(|m| m.name == name && m.kind == kind && group_of(&m.api_version) == group)
+            .cloned()
+    }
 }
 
 /// The order in which objects sharing a v1 host name take it: by namespace, then name.

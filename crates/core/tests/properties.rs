@@ -9,11 +9,12 @@ use std::sync::LazyLock;
 use proptest::prelude::*;
 use serde_json::{Value, json};
 use tenantplane_core::collision::{self, Collision, HostObjectMeta};
+use tenantplane_core::decision::Outcome;
 use tenantplane_core::mapping::{
     HostNameForm, MappingVersion, NameSyntax, SEPARATOR, TenantPlacement, host_name, place,
     provenance,
 };
-use tenantplane_core::{CompiledPolicy, TenantObject, documents};
+use tenantplane_core::{CompiledPolicy, Planner, TenantObject, documents};
 
 static DEFAULT_POLICY: LazyLock<CompiledPolicy> = LazyLock::new(CompiledPolicy::builtin_default);
 
@@ -50,6 +51,17 @@ fn tenant(name: &str) -> TenantPlacement {
         host_namespace: format!("tenant-{name}"),
         mapping: MappingVersion::V1,
     }
+}
+
+/// The Tenant `acme` on mapping `version`.
+fn tenant_resource(version: &str) -> tenantplane_api::Tenant {
+    serde_json::from_value(
+        json!({"apiVersion": "tenantplane.io/v1alpha1", "kind": "Tenant",
+        "metadata": {"name": "acme"},
+        "spec": {"mappingVersion": version, "controlPlane": {"kubeconfigSecret":
+            {"namespace": "tenant-acme", "name": "k", "key": "config"}}}}),
+    )
+    .unwrap()
 }
 
 /// Names a tenant control plane accepts, built from the pieces that make readable names
@@ -166,6 +178,46 @@ proptest! {
         let verdict = collision::check("acme", &second.identity, &p2, Some(&meta(&p1)));
         prop_assert!(matches!(verdict, Collision::Conflict { .. }), "{:?}", verdict);
         prop_assert_eq!(collision::check("acme", &first.identity, &p1, Some(&meta(&p1))), Collision::UpdateOwn);
+    }
+
+    #[test]
+    fn under_v1_a_reference_to_a_shared_name_is_checked_against_the_object_that_takes_it(
+        a in "[a-z]{1,8}", b in "[a-z]{1,8}", c in "[a-z]{1,8}", order in 0usize..6,
+    ) {
+        // `c/reader` names ConfigMap `a-x-b` of `c`, whose v1 host name `b-x-c/a` shares: refused
+        // when `b-x-c/a` takes it (first by namespace and name), whatever order the batch is in.
+        let shared = object("v1", "ConfigMap", &c, &format!("{a}-x-{b}"), "1");
+        let taker = object("v1", "ConfigMap", &format!("{b}-x-{c}"), &a, "2");
+        let reader = TenantObject::from_value(json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "reader", "namespace": c, "uid": "3"},
+            "spec": {"containers": [{"name": "main", "image": "app"}],
+                     "volumes": [{"name": "config", "configMap": {"name": format!("{a}-x-{b}")}}]}}))
+        .unwrap();
+        let mut batch = vec![&shared, &taker, &reader];
+        for _ in 0..order % 3 {
+            batch.rotate_left(1);
+        }
+        if order >= 3 {
+            batch.swap(0, 1);
+        }
+        let taken = (format!("{b}-x-{c}"), a.clone()) < (c.clone(), format!("{a}-x-{b}"));
+        for (mapping, refused) in [("v1", taken), ("v2", false)] {
+            let planner = Planner::new(&tenant_resource(mapping), CompiledPolicy::builtin_default());
+            let plans = planner.plan_batch(&batch, &Default::default());
+            let read = batch.iter().position(|o| o.identity.kind == "Pod").unwrap();
+            if refused {
+                prop_assert_eq!(plans[read].outcome, Outcome::Rejected);
+                prop_assert_eq!(&plans[read].reason, "ReferenceToForeignHostObject");
+                prop_assert_eq!(
+                    plans[read].verdict.field_path.as_deref(),
+                    Some("spec.volumes[0].configMap.name")
+                );
+                let by = format!("ConfigMap/{b}-x-{c}/{a} of tenant acme");
+                prop_assert!(plans[read].message.contains(&by), "{}", plans[read].message);
+            } else {
+                prop_assert_eq!(plans[read].outcome, Outcome::Synced, "{}", plans[read].message);
+            }
+        }
     }
 
     #[test]

@@ -547,9 +547,24 @@ impl HostObjects for Worker {
             .find(|(ar, _)| ar.group == group && ar.kind == kind)
             .map(|(ar, store)| (ar.clone(), store))?;
         let (ar, store) = store;
-        let obj =
-            store.get(&ObjectRef::new_with(name, ar).within(&self.placement.host_namespace))?;
-        reconcile::host_meta(&to_value(&obj))
+        match store.get(&ObjectRef::new_with(name, ar).within(&self.placement.host_namespace)) {
+            Some(obj) => reconcile::host_meta(&to_value(&obj)),
+            // Under mapping v1, a shared host name no host object holds yet resolves to the
+            // object of the tenant that takes it (once it is written): the reference is checked
+            // against that, whichever of them the syncer happens to decide first.
+            None if self.placement.mapping == MappingVersion::V1
+                && tenantplane_core::mapping::may_be_shared_under_v1(name) =>
+            {
+                let index = self
+                    .kinds
+                    .iter()
+                    .position(|k| k.ar.group == group && k.ar.kind == kind)?;
+                let objects = self.objects_at_host_name(index, name);
+                let taker = self.planner.taker(&objects)?;
+                Some(tenantplane_core::mapping::place(&self.placement, taker).synced_meta())
+            }
+            None => None,
+        }
     }
 }
 
@@ -701,13 +716,20 @@ impl Worker {
         if self.placement.mapping != MappingVersion::V1 {
             return Vec::new();
         }
-        let kind = &self.kinds[key.kind];
+        let mut objects = self.objects_at_host_name(key.kind, &self.host_name_of(key));
+        objects
+            .retain(|o| (&o.identity.namespace, &o.identity.name) != (&key.namespace, &key.name));
+        objects
+    }
+
+    /// Under mapping v1, the tenant objects of kind `index` known at `host_name`.
+    fn objects_at_host_name(&self, index: usize, host_name: &str) -> Vec<TenantObject> {
+        let kind = &self.kinds[index];
         let sharing = self.sharing.lock().expect("sharing lock");
-        let Some(at) = sharing.get(&(key.kind, self.host_name_of(key))) else {
+        let Some(at) = sharing.get(&(index, host_name.to_string())) else {
             return Vec::new();
         };
         at.iter()
-            .filter(|(ns, n)| (ns, n) != (&key.namespace, &key.name))
             .filter_map(|(ns, n)| {
                 let obj = kind
                     .tenant

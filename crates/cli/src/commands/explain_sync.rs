@@ -22,6 +22,7 @@ use tenantplane_core::decision::Stamp;
 use tenantplane_core::documents::Origin;
 use tenantplane_core::parallel;
 use tenantplane_core::planner::HostState;
+use tenantplane_core::reference::REFERENCEABLE_KINDS;
 use tenantplane_core::watch::{UnrecordedFate, Watches};
 use tenantplane_core::{AtApply, CompiledPolicy, Decision, Outcome, Plan, Planner, TenantObject};
 
@@ -51,7 +52,8 @@ pub struct Args {
     pub host: Vec<PathBuf>,
 
     /// Read the current host objects from a live host cluster instead (read-only: it only lists
-    /// object metadata in the tenant's host namespace, for the kinds of the inputs).
+    /// object metadata in the tenant's host namespace, for the kinds of the inputs and the kinds
+    /// a reference can name).
     #[arg(long, value_name = "FILE", conflicts_with = "host")]
     pub host_kubeconfig: Option<PathBuf>,
 
@@ -148,7 +150,17 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    let kinds = kind_scopes::kinds_of(&documents);
+    let mut kinds = kind_scopes::kinds_of(&documents);
+    // The reference check looks at what each reference resolves to on the host, whatever kinds
+    // the inputs are (a Pod naming a ServiceAccount when no ServiceAccount is among them). They
+    // are all served at v1, as the syncer watches them.
+    kinds.extend(REFERENCEABLE_KINDS.iter().map(|(group, kind)| {
+        let api_version = match *group {
+            "" => "v1".to_string(),
+            group => format!("{group}/v1"),
+        };
+        (api_version, kind.to_string())
+    }));
     let discovery = match (&args.tenant_kubeconfig, &args.host_kubeconfig) {
         (Some(kubeconfig), _) => Some((kubeconfig.as_path(), args.tenant_context.as_deref())),
         (None, Some(kubeconfig)) => Some((kubeconfig.as_path(), args.host_context.as_deref())),
