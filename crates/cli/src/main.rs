@@ -13,8 +13,8 @@ mod host_cluster;
 mod input;
 mod kind_scopes;
 
-/// Planning many objects is mostly allocation: with mimalloc instead of glibc's allocator,
-/// explain-sync over 100k objects went from 1.70 s to 0.97 s (README "Performance").
+/// Planning many objects is mostly allocation: mimalloc instead of glibc's allocator roughly
+/// halves explain-sync's time over 100k objects (docs/benchmarks.md, "explain-sync").
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
