@@ -5,9 +5,10 @@
 //! The corpus's tenant objects reach, through every field the translation rewrites, host objects
 //! the tenant does not own (the platform's, another tenant's, another of its own objects' under
 //! v1), meet at one host name under v1, and include a service-account token Secret. The host
-//! namespace gets the corpus's host objects first; explain-sync then predicts from the live host
-//! (`--host-kubeconfig`), as a platform engineer would before creating the Tenant; then the
-//! Tenant is created and the syncer does what it does.
+//! namespace gets the corpus's host objects first and the tenant control plane the tenant
+//! objects; explain-sync then predicts, over the objects as the control plane stored them and from
+//! the live host (`--host-kubeconfig`), as a platform engineer would before creating the Tenant;
+//! then the Tenant is created and the syncer does what it does.
 //!
 //! Runs against local API servers, or the real clusters of the e2e suite's variables
 //! (`TENANTPLANE_E2E_HOST_KUBECONFIG`, `TENANTPLANE_E2E_TENANT_KUBECONFIG`). Names are made unique
@@ -217,17 +218,24 @@ async fn every_prediction_about_the_hostile_corpus_comes_true_under_v1_and_v2() 
         .into_iter()
         .map(|o| renamer.tenant_object(o))
         .collect();
+    // explain-sync is given the objects as the tenant control plane stores them, which is what
+    // the syncer sees: a real one's admission adds to a pod (its service account token volume).
     let mut corpus_yaml = String::new();
     for object in &tenant_objects {
-        corpus_yaml += "---\n";
-        corpus_yaml += &serde_norway::to_string(object).unwrap();
         // A real control plane admits a pod once its namespace's default ServiceAccount exists.
         let mut tries = 0;
-        while let Err(e) = create(&env.tenant_cp.client, object.clone()).await {
-            tries += 1;
-            assert!(tries < 100, "creating {}: {e:#}", identity(object));
-            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-        }
+        let stored = loop {
+            match create(&env.tenant_cp.client, object.clone()).await {
+                Ok(stored) => break stored,
+                Err(e) => {
+                    tries += 1;
+                    assert!(tries < 100, "creating {}: {e:#}", identity(object));
+                    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+                }
+            }
+        };
+        corpus_yaml += "---\n";
+        corpus_yaml += &serde_norway::to_string(&stored).unwrap();
     }
     std::fs::write(inputs.join("corpus.yaml"), corpus_yaml).unwrap();
 
@@ -363,11 +371,22 @@ async fn every_prediction_about_the_hostile_corpus_comes_true_under_v1_and_v2() 
                     && host["metadata"]["labels"][provenance::TENANT] == json!(tenant)
             };
             if prediction["outcome"] == "Synced" {
-                let host =
-                    tenantplane_e2e::eventually(&format!("{object}'s host object"), || async {
+                // A real host admits a pod once its ServiceAccount is synced: the syncer's
+                // retries take their time.
+                let deadline = tokio::time::Instant::now() + timeout() * 2;
+                let host = loop {
+                    if let Some(host) =
                         get(&env.host.client, api_version, kind, Some(&host_ns), name).await
-                    })
-                    .await;
+                    {
+                        break host;
+                    }
+                    assert!(
+                        tokio::time::Instant::now() < deadline,
+                        "{object} has no host object at {name}; its decisions: {:#}",
+                        Value::from(recorded(&*store, &tenant, object).await)
+                    );
+                    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+                };
                 assert!(is_from_source(&host), "{object} at {name}: {host:#}");
                 let decided = recorded(&*store, &tenant, object).await;
                 let id = &host["metadata"]["annotations"][provenance::DECISION_ID];

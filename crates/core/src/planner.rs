@@ -86,8 +86,9 @@ impl Planner {
         let mut plan = self.plan_placed(object, placement, existing);
         if plan.outcome == Outcome::Synced {
             let namespace = plan.placement.namespace.clone();
-            if let Err(refusal) = self.translate(object, &plan, &host.in_namespace(&namespace)) {
-                plan.refuse(refusal);
+            match self.translate(object, &plan, &host.in_namespace(&namespace)) {
+                Ok(desired) => plan.note(&desired.notes),
+                Err(refusal) => plan.refuse(refusal),
             }
         }
         plan
@@ -368,6 +369,14 @@ impl Plan {
         decision.reason = self.reason.clone();
         decision.message = self.decision_message();
         decision.field_path = self.verdict.field_path.clone();
+    }
+
+    /// Says, in the message of a plan that writes, what the translation changed on the way
+    /// ([`HostDesired::notes`]: a dropped token volume, dropped service account secrets).
+    pub fn note(&mut self, notes: &[String]) {
+        if !notes.is_empty() {
+            self.message = format!("{}; {}", self.verdict.message, notes.join("; "));
+        }
     }
 
     /// Turns a plan that would write into the refusal the translation or the reference check

@@ -191,8 +191,8 @@ pub fn reconcile_present(
                 plan.message = "the host object already carries what tenantplane sets; nothing \
                                 written"
                     .into();
-            } else if !d.notes.is_empty() {
-                plan.message = format!("{}; {}", plan.message, d.notes.join("; "));
+            } else {
+                plan.note(&d.notes);
             }
         }
         (None, Outcome::Rejected | Outcome::Skipped) if ours => {
