@@ -405,8 +405,17 @@ pub fn refused_by_host(decision: &Decision, error: &str, stamp: Stamp) -> Decisi
 
 /// Whether a failed host write was refused for its content (admission 403, validation 422),
 /// rather than failing for a reason that may pass (the server unreachable, overloaded, ...).
+/// The ServiceAccount admission plugin's refusal of a pod whose service account is not on the
+/// host yet is of the second kind: the syncer is about to create it, so the write is tried again
+/// with backoff.
 pub fn refused_for_content(error: &kube::Error) -> bool {
-    matches!(error, kube::Error::Api(s) if s.code == 403 || s.code == 422)
+    match error {
+        kube::Error::Api(s) if s.code == 403 => {
+            !s.message.contains("error looking up service account")
+        }
+        kube::Error::Api(s) => s.code == 422,
+        _ => false,
+    }
 }
 
 fn unapplied(decision: &Decision, reason: &str, message: String, stamp: Stamp) -> Decision {
@@ -791,7 +800,8 @@ mod tests {
     }
 
     #[test]
-    fn a_write_the_host_refuses_for_its_content_is_not_retried_with_backoff() {
+    fn a_write_the_host_refuses_for_its_content_is_not_retried_with_backoff_unlike_a_missing_service_account()
+     {
         let p = planner();
         let o = cm("a");
         let create = reconcile_present(
@@ -815,6 +825,14 @@ mod tests {
         };
         assert!(refused_for_content(&status(403)));
         assert!(refused_for_content(&status(422)));
+        let service_account_not_yet_there = kube::Error::Api(Box::new(kube::core::Status {
+            code: 403,
+            message: "pods \"web-x-shop\" is forbidden: error looking up service account \
+                      tenant-acme/web-x-shop: serviceaccount \"web-x-shop\" not found"
+                .into(),
+            ..Default::default()
+        }));
+        assert!(!refused_for_content(&service_account_not_yet_there));
         assert!(!refused_for_content(&status(500)));
         assert!(!refused_for_content(&status(429)));
     }
