@@ -136,16 +136,12 @@ impl Planner {
         {
             return None;
         }
-        others
-            .into_iter()
-            .filter(|o| {
-                o.identity.group() == object.identity.group()
-                    && o.identity.kind == object.identity.kind
-                    && precedes(&o.identity, &object.identity)
-                    && mapping::place(&self.tenant, o).name == plan.placement.name
-                    && self.policy.evaluate(o).action == SyncAction::Sync
-            })
-            .min_by(|a, b| order(&a.identity).cmp(&order(&b.identity)))
+        self.taker(others.into_iter().filter(|o| {
+            o.identity.group() == object.identity.group()
+                && o.identity.kind == object.identity.kind
+                && precedes(&o.identity, &object.identity)
+                && mapping::place(&self.tenant, o).name == plan.placement.name
+        }))
     }
 
     /// Which of `objects`, tenant objects of one kind that share a v1 host name, takes it

@@ -800,8 +800,7 @@ mod tests {
     }
 
     #[test]
-    fn a_write_the_host_refuses_for_its_content_is_not_retried_with_backoff_unlike_a_missing_service_account()
-     {
+    fn a_content_refusal_waits_for_a_change_but_a_missing_service_account_is_retried() {
         let p = planner();
         let o = cm("a");
         let create = reconcile_present(
