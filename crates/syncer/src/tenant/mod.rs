@@ -57,7 +57,9 @@ use crate::planner::PlanService;
 use crate::queue::WorkQueue;
 use crate::ratelimit::RateLimiter;
 use crate::reconcile::{self, Step};
-use crate::record::{COMPONENT, DecisionLog, DecisionRecorder, TenantLedger};
+use crate::record::{
+    COMPONENT, DecisionLog, DecisionRecorder, RecordError, Recorded, TenantLedger,
+};
 use crate::trace;
 use caches::{Caches, Gathered, Kind, LiveView, OWN_WRITE_PATIENCE};
 use plan::Planned;
@@ -378,7 +380,7 @@ impl Worker {
         // again on fresh state.
         let k = self.caches.key_string(key);
         let content = observed_content(object, selector_endpoints);
-        let recorded = match self
+        let recorded = self
             .recorder
             .record_if_news(
                 &k,
@@ -388,14 +390,9 @@ impl Worker {
                 &object.object,
                 started,
             )
-            .await
-        {
-            Ok(recorded) => recorded,
-            Err(e) => {
-                tracing::warn!(error = %e, "decision not recorded; nothing written, retrying");
-                self.backoff(key);
-                return;
-            }
+            .await;
+        let Some(recorded) = self.recorded_or_retried(key, recorded, "written") else {
+            return;
         };
         let acted = self
             .act(
@@ -495,17 +492,12 @@ impl Worker {
         };
         async {
             // Recorded whatever was recorded before: it writes.
-            let recorded = match self
+            let recorded = self
                 .recorder
                 .record(&k, &step.decision, "", None, started)
-                .await
-            {
-                Ok(recorded) => recorded,
-                Err(e) => {
-                    tracing::warn!(error = %e, "decision not recorded; nothing deleted, retrying");
-                    self.backoff(key);
-                    return;
-                }
+                .await;
+            let Some(recorded) = self.recorded_or_retried(key, recorded, "deleted") else {
+                return;
             };
             if self.act(key, &k, &step, recorded, "", None, started).await {
                 self.recorder.ledger().forget(&k);
@@ -514,6 +506,24 @@ impl Worker {
         }
         .instrument(span)
         .await
+    }
+
+    /// What recording a decision returned; when the log refused it, nothing is `not_done` and
+    /// the key is retried with backoff (`None`).
+    fn recorded_or_retried(
+        &self,
+        key: &Key,
+        recorded: Result<Recorded, RecordError>,
+        not_done: &str,
+    ) -> Option<Recorded> {
+        match recorded {
+            Ok(recorded) => Some(recorded),
+            Err(e) => {
+                tracing::warn!(error = %e, "decision not recorded; nothing {not_done}, retrying");
+                self.backoff(key);
+                None
+            }
+        }
     }
 
     /// Decided again when the caches show this syncer's own write (the watch event queues the
