@@ -7,15 +7,22 @@
 //!  host: Tenant ──controller──▶ finalizer · host namespace · isolation (compile, apply, prune)
 //!            │                        └──▶ one tenant runtime per Tenant
 //!            ▼
-//!  tenant API ──watch──▶ queue ──▶ planner (gRPC, batched) ──▶ reconcile (pure) ──▶ record ──▶ host write
-//!       ▲                                                                             │
-//!       └──────────────── status up-sync, Events ◀────────────────────────────────────┘
+//!  tenant API ──watch──▶ caches ──▶ queue ──▶ gather ──▶ plan (gRPC, batched) ──▶ decide (pure)
+//!       ▲                                                                               │
+//!       ├── Events ◀────────────────────────────────────────────── record ◀─────────────┘
+//!       │                                                            ▼
+//!       └── up-sync: status, Endpoints, cluster IPs ◀── settle ◀── act (host write)
 //! ```
 //!
 //! Layers, least powerful first: [`reconcile`] is pure (tenant object, plan, host object →
 //! decision and host write) and tested without a cluster; [`record`] is the one place a decision
 //! is recorded; [`discovery`] finds the kinds a Tenant's policy syncs in its control plane, one
-//! API group version at a time; [`tenant`] wires watches, the work queue and workers of one tenant;
+//! API group version at a time; [`tenant`] is the runtime of one tenant, a module a step of the
+//! path of its objects: `tenant::watches` (the watches and the keys they queue), `tenant::caches`
+//! (gather: what decisions read, with the own-write rules), `tenant::plan` (the planner call of a
+//! batch, through [`planner`]), decide ([`reconcile`]), record ([`record`]), `tenant::act` (the
+//! host write), then settle, with `tenant::upsync` (status, Endpoints and Service cluster IPs up
+//! into the tenant control plane); [`settle`] closes the open host actions an earlier life left;
 //! [`controller`] runs the Tenant controller; [`run`] wires everything from a [`Config`].
 //! [`trace`] opens one span per decision and [`metrics`] counts and times them. [`shard`] splits
 //! the Tenants between several replicas through Leases. [`tenant_admission`] keeps the SyncPolicy's

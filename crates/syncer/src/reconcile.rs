@@ -239,6 +239,39 @@ pub fn reconcile_present(
     }
 }
 
+/// The plan of a tenant Endpoints whose Service selects pods, which the planner would sync:
+/// skipped. Those Endpoints are the tenant's endpoints controller's, and on the host the host's
+/// endpoints controller keeps the Endpoints of the host Service; syncing them would only
+/// collide (their addresses flow up instead).
+pub fn skip_endpoints_of_selector_service(plan: &mut Plan) {
+    if plan.verdict.action != SyncAction::Sync {
+        return;
+    }
+    plan.verdict.action = SyncAction::Skip;
+    plan.verdict.reason = "EndpointsOfSelectorService".into();
+    plan.verdict.message = "the Service selects pods: the host's endpoints controller keeps the \
+                            host Service's Endpoints"
+        .into();
+    plan.outcome = Outcome::Skipped;
+    plan.action = HostAction::None;
+    plan.reason = plan.verdict.reason.clone();
+    plan.message = plan.verdict.message.clone();
+    plan.collision = None;
+}
+
+/// A decision to update the host Service of a tenant Service the syncer recreated with the host
+/// Service's cluster IPs (uid `from_uid` replaced by `to_uid`) says why its provenance changes.
+pub fn note_recreation(decision: &mut Decision, from_uid: &str, to_uid: &str) {
+    if decision.action != HostAction::Update {
+        return;
+    }
+    decision.message = format!(
+        "{}; the tenant Service was recreated with the host Service's cluster IPs (uid {from_uid} \
+         replaced by {to_uid}): the host Service now names the new one",
+        decision.message
+    );
+}
+
 fn with_decision_id(mut object: Value, id: &str) -> Value {
     object["metadata"]["annotations"][provenance::DECISION_ID] = json!(id);
     object

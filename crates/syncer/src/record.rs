@@ -535,6 +535,40 @@ impl DecisionRecorder {
         }
         Ok(recorded)
     }
+
+    /// Records a decision about the tenant object `key` when it is news (see the module
+    /// documentation; `writes`: whether it leads to a host write), inside the span it was
+    /// stamped in. Otherwise only that span describes it, and nothing is recorded: the first
+    /// Unchanged decision since start about an object already in place is remembered as if it
+    /// had been (the decision on the host object still explains it; re-recording it on every
+    /// restart would be noise). `regarding` is the tenant object; `content` its observed digest.
+    pub async fn record_if_news(
+        &self,
+        key: &str,
+        decision: &Decision,
+        content: &str,
+        writes: bool,
+        regarding: &serde_json::Value,
+        started: Instant,
+    ) -> Result<Recorded, RecordError> {
+        if decision.outcome == Outcome::Unchanged && !self.ledger.seen(key) {
+            crate::trace::describe(&tracing::Span::current(), decision);
+            self.ledger.remember(key, decision, content);
+        } else if !self.ledger.worth_recording(key, decision, content, writes) {
+            crate::trace::describe(&tracing::Span::current(), decision);
+        } else {
+            return self
+                .record(
+                    key,
+                    decision,
+                    content,
+                    Some(reference_of(regarding)),
+                    started,
+                )
+                .await;
+        }
+        Ok(Recorded::default())
+    }
 }
 
 /// Creates an `events.k8s.io/v1` Event about a tenant object. Unlike kube's recorder, nothing is

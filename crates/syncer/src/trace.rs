@@ -71,6 +71,29 @@ pub fn write_span(
     )
 }
 
+/// The span of a Kubernetes API call made for a sync decision (a child of the current span): its
+/// host write (`tenantplane.host.write`) or the status it brings up
+/// (`tenantplane.tenant.status_up`).
+pub fn kube_call_span(
+    name: &str,
+    verb: &str,
+    kind: &str,
+    namespace: &str,
+    object: &str,
+) -> tracing::Span {
+    tracing::info_span!(
+        "tenantplane.kube.call",
+        otel.name = name,
+        otel.kind = "client",
+        otel.status_code = tracing::field::Empty,
+        http.request.method = verb,
+        http.response.status_code = tracing::field::Empty,
+        k8s.object.kind = kind,
+        k8s.namespace.name = namespace,
+        k8s.object.name = object,
+    )
+}
+
 /// The span of a decision taken inside another decision's span, a child of the current span:
 /// a host write failed (the Failed decision), or an object of a recorded isolation compilation.
 pub fn follow_up_span(decision: &Decision) -> tracing::Span {

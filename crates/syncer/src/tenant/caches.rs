@@ -1,0 +1,846 @@
+//! gather: what decisions read about one Tenant, and when it may be read. The watch stores of its
+//! synced kinds on both sides and of the host objects its objects may reference, the lookups
+//! between tenant objects and their host objects, the index of tenant objects sharing a v1 host
+//! name, the objects known to be in place, and the own-write rules.
+//!
+//! The own-write rules: the stores lag the syncer's own writes. A key whose last host write the
+//! host store does not show yet, or whose host name has a write in flight, is not decided on
+//! ([`OwnWrite`], [`Caches::host_behind`]), so a create never looks missing and a delete never
+//! looks undone; likewise a tenant Service this syncer recreated with its host Service's cluster
+//! IPs until the tenant store shows the new Service ([`Caches::tenant_behind`]). Either waits
+//! [`OWN_WRITE_PATIENCE`] at most.
+//!
+//! The stores hold what decisions read, not whole objects: managedFields field sets are dropped
+//! on both sides, and a host object keeps its metadata, status, a Service's spec and an
+//! Endpoints' subsets ([`trim_tenant_object`], [`trim_host_object`]; the rest of a host object is
+//! compared by the digest it carries).
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use kube::ResourceExt;
+use kube::api::{Api, DynamicObject};
+use kube::core::{ApiResource, TypeMeta};
+use kube::runtime::reflector::{ObjectRef, Store};
+use serde_json::{Value, json};
+use tenantplane_api::provenance;
+use tenantplane_core::collision::HostObjectMeta;
+use tenantplane_core::decision::Outcome;
+use tenantplane_core::mapping::{self, MappingVersion, TenantPlacement};
+use tenantplane_core::reference::HostObjects;
+use tenantplane_core::translate;
+use tenantplane_core::{Planner, SourceIdentity, TenantObject};
+
+use super::Key;
+use crate::reconcile::{self, HostWrite, Step};
+
+/// How long a write of this syncer may take to show in its own watch before the watch's store is
+/// believed again anyway (a watch down for longer: the write preconditions still protect).
+pub(super) const OWN_WRITE_PATIENCE: Duration = Duration::from_secs(10);
+
+/// A host write of this syncer that its host watch has not shown yet. Until it has, the host store
+/// holds an older state of that name than the one this syncer made, and nothing is decided on it.
+#[derive(Debug)]
+pub(super) struct OwnWrite {
+    /// uid of the object created, applied or deleted.
+    uid: String,
+    /// The resourceVersion the create or apply returned; `None` for a delete.
+    resource_version: Option<String>,
+    at: Instant,
+}
+
+impl OwnWrite {
+    /// The object a create or an apply returned, if it has a uid and a resourceVersion.
+    pub(super) fn written(o: DynamicObject) -> Option<OwnWrite> {
+        Some(OwnWrite {
+            uid: o.uid()?,
+            resource_version: Some(o.resource_version()?),
+            at: Instant::now(),
+        })
+    }
+
+    /// The delete of the object with this uid.
+    pub(super) fn deleted(uid: String) -> OwnWrite {
+        OwnWrite {
+            uid,
+            resource_version: None,
+            at: Instant::now(),
+        }
+    }
+
+    /// Whether `cached` (the host store's object at the name) shows this write or a later state.
+    fn shown_by(&self, cached: Option<&Value>) -> bool {
+        let uid = cached
+            .and_then(|c| c.pointer("/metadata/uid"))
+            .and_then(Value::as_str);
+        match (&self.resource_version, cached) {
+            (None, _) => uid != Some(self.uid.as_str()),
+            (Some(_), None) => false,
+            (Some(written), Some(c)) => {
+                let cached = c
+                    .pointer("/metadata/resourceVersion")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default();
+                // resourceVersions are opaque; integers (etcd, the local server) also order.
+                let later = match (cached.parse::<u64>(), written.parse::<u64>()) {
+                    (Ok(c), Ok(w)) => c >= w,
+                    _ => cached == written,
+                };
+                uid == Some(self.uid.as_str()) && later
+            }
+        }
+    }
+}
+
+/// A tenant Service this syncer recreated to carry its host Service's cluster IPs.
+#[derive(Debug)]
+struct Recreation {
+    /// uid of the tenant Service deleted (the host Service's provenance still names it).
+    from_uid: String,
+    /// uid of the tenant Service created in its place, once created.
+    to_uid: Option<String>,
+    at: Instant,
+}
+
+/// One synced kind: its stores on both sides and the host API its writes go to.
+#[derive(Debug)]
+pub(super) struct Kind {
+    pub(super) ar: ApiResource,
+    pub(super) tenant: Store<DynamicObject>,
+    pub(super) host: Store<DynamicObject>,
+    pub(super) host_api: Api<DynamicObject>,
+    pub(super) has_status: bool,
+}
+
+/// A tenant object's (namespace, name).
+type SourceName = (String, String);
+
+/// What one tenant's decisions read, and the own-write rules that say when.
+pub(super) struct Caches {
+    pub(super) placement: TenantPlacement,
+    kinds: Vec<Kind>,
+    /// Host stores of the referenceable kinds that are not synced, by (group, kind).
+    referenced: Vec<(ApiResource, Store<DynamicObject>)>,
+    pub(super) service_kind: Option<usize>,
+    pub(super) endpoints_kind: Option<usize>,
+    pub(super) pod_kind: Option<usize>,
+    /// Under mapping v1: the (namespace, name) of tenant objects by (kind, host name), as seen
+    /// by the tenant watches; entries are checked against the stores when read.
+    sharing: Mutex<HashMap<(usize, String), BTreeSet<SourceName>>>,
+    /// Host writes not yet shown by the host watch, by (kind, host name).
+    own_writes: Mutex<HashMap<(usize, String), OwnWrite>>,
+    /// Host writes whose call has not returned, by (kind, host name): another key mapped to the
+    /// same host name (a collision) is not decided on the state they are changing.
+    writes_in_flight: Mutex<HashSet<(usize, String)>>,
+    /// Tenant Services recreated with their host Service's cluster IPs, by key: until the tenant
+    /// watch shows the new Service and the host Service's provenance names it.
+    recreations: Mutex<HashMap<Key, Recreation>>,
+    /// Objects in place: (tenant resourceVersion, desired digest) of the last Synced or Unchanged
+    /// decision. While both still hold, an event (typically the echo of our own write, or a host
+    /// status change) needs no plan: only the status flows up.
+    in_place: Mutex<HashMap<Key, (String, String)>>,
+}
+
+/// What the caches show of one key when its batch is gathered.
+pub(super) enum Gathered {
+    /// The tenant store has not shown this syncer's recreation of the object yet.
+    Behind,
+    /// The tenant object, in place since its last decision: only what flows up.
+    InPlace(TenantObject),
+    /// The tenant object, to plan and decide on.
+    Present(TenantObject),
+    /// No tenant object: its host object, if it is ours, goes.
+    Absent,
+    /// A tenant object that is not one (logged).
+    Unreadable,
+}
+
+/// What the caches show live of a tenant object when it is decided on.
+pub(super) struct LiveView {
+    /// Its host object, as decisions see it ([`Caches::host_of`]).
+    pub(super) host: Option<Value>,
+    /// Under mapping v1, the other tenant objects at its host name.
+    pub(super) sharing: Vec<TenantObject>,
+}
+
+impl Caches {
+    pub(super) fn new(
+        placement: TenantPlacement,
+        kinds: Vec<Kind>,
+        referenced: Vec<(ApiResource, Store<DynamicObject>)>,
+    ) -> Caches {
+        let core = |kind: &str| {
+            kinds
+                .iter()
+                .position(|k| k.ar.group.is_empty() && k.ar.kind == kind)
+        };
+        Caches {
+            pod_kind: core("Pod"),
+            service_kind: core("Service"),
+            endpoints_kind: core("Endpoints"),
+            placement,
+            kinds,
+            referenced,
+            sharing: Mutex::new(HashMap::new()),
+            own_writes: Mutex::new(HashMap::new()),
+            writes_in_flight: Mutex::new(HashSet::new()),
+            recreations: Mutex::new(HashMap::new()),
+            in_place: Mutex::new(HashMap::new()),
+        }
+    }
+
+    pub(super) fn kind(&self, index: usize) -> &Kind {
+        &self.kinds[index]
+    }
+
+    /// Every store, to wait until each has listed: the referenced kinds' first.
+    pub(super) fn stores(&self) -> impl Iterator<Item = &Store<DynamicObject>> {
+        self.referenced
+            .iter()
+            .map(|(_, store)| store)
+            .chain(self.kinds.iter().flat_map(|k| [&k.tenant, &k.host]))
+    }
+
+    /// `push`es every key the stores know of, kind by kind: each tenant object, then the source
+    /// of each host object of ours (or the tenant Endpoints a host Endpoints flows up into).
+    pub(super) fn each_key(&self, mut push: impl FnMut(Key)) {
+        for (index, k) in self.kinds.iter().enumerate() {
+            for obj in k.tenant.state() {
+                push(Key {
+                    kind: index,
+                    namespace: obj.namespace().unwrap_or_default(),
+                    name: obj.name_any(),
+                });
+            }
+            for obj in k.host.state() {
+                if let Some(key) = self.key_of_host_event(index, &obj) {
+                    push(key);
+                }
+            }
+        }
+    }
+
+    /// The key as the decision log and the ledger name it.
+    pub(super) fn key_string(&self, key: &Key) -> String {
+        let ar = &self.kinds[key.kind].ar;
+        format!("{}/{}/{}/{}", ar.group, ar.kind, key.namespace, key.name)
+    }
+
+    /// The source identity of a key whose tenant object is gone (its uid unknown).
+    pub(super) fn source_of(&self, key: &Key) -> SourceIdentity {
+        let ar = &self.kinds[key.kind].ar;
+        SourceIdentity {
+            api_version: ar.api_version.clone(),
+            kind: ar.kind.clone(),
+            namespace: key.namespace.clone(),
+            name: key.name.clone(),
+            uid: String::new(),
+        }
+    }
+
+    /// The host name of a key's object.
+    pub(super) fn host_name_of(&self, key: &Key) -> String {
+        let ar = &self.kinds[key.kind].ar;
+        self.placement
+            .host_name(&ar.group, &ar.kind, &key.namespace, &key.name)
+    }
+
+    /// The tenant object of a key, as its store keeps it.
+    pub(super) fn tenant_object(&self, key: &Key) -> Option<Arc<DynamicObject>> {
+        let kind = &self.kinds[key.kind];
+        kind.tenant
+            .get(&ObjectRef::new_with(&key.name, kind.ar.clone()).within(&key.namespace))
+    }
+
+    /// The host object of kind `kind` at `name`, as its store keeps it.
+    pub(super) fn host_cached(&self, kind: usize, name: &str) -> Option<Value> {
+        let k = &self.kinds[kind];
+        k.host
+            .get(&ObjectRef::new_with(name, k.ar.clone()).within(&self.placement.host_namespace))
+            .map(|o| to_value(&o))
+    }
+
+    /// The host object of `o` as decisions see it. While a tenant Service this syncer recreated
+    /// (with the host's cluster IPs) is being adopted, its host Service still names the deleted
+    /// Service's uid: it is seen as naming the new one, so the next decision updates its
+    /// provenance instead of deleting it as an earlier incarnation's.
+    pub(super) fn host_of(&self, key: &Key, o: &TenantObject) -> Option<Value> {
+        let mut host = self.host_cached(key.kind, &self.host_name_of(key))?;
+        if let Some(r) = self.recreations.lock().expect("recreations lock").get(key)
+            && r.to_uid.as_deref() == Some(o.identity.uid.as_str())
+            && source_uid_of(&host) == Some(r.from_uid.as_str())
+        {
+            host["metadata"]["labels"][provenance::SOURCE_UID] = json!(o.identity.uid);
+        }
+        Some(host)
+    }
+
+    /// The tenant object key a host object of kind `index` was synced from, if it is ours.
+    fn key_of_host(&self, index: usize, obj: &DynamicObject) -> Option<Key> {
+        let labels = obj.labels();
+        let annotations = obj.annotations();
+        if labels.get(provenance::TENANT)? != &self.placement.tenant {
+            return None;
+        }
+        if annotations.get(provenance::SOURCE_KIND)? != &self.kinds[index].ar.kind {
+            return None;
+        }
+        Some(Key {
+            kind: index,
+            namespace: labels.get(provenance::SOURCE_NAMESPACE)?.clone(),
+            name: annotations.get(provenance::SOURCE_NAME)?.clone(),
+        })
+    }
+
+    /// The tenant object key the host object of kind `index` at `host_name` was synced from, if
+    /// it is ours.
+    pub(super) fn source_of_host(&self, index: usize, host_name: &str) -> Option<Key> {
+        let k = &self.kinds[index];
+        let host = k.host.get(
+            &ObjectRef::new_with(host_name, k.ar.clone()).within(&self.placement.host_namespace),
+        )?;
+        self.key_of_host(index, &host)
+    }
+
+    /// The key a host object's event concerns: the source of our own host object, or, for the
+    /// Endpoints the host's endpoints controller keeps for our host Service, the tenant Endpoints
+    /// of that Service (they flow up).
+    pub(super) fn key_of_host_event(&self, index: usize, obj: &DynamicObject) -> Option<Key> {
+        if let Some(key) = self.key_of_host(index, obj) {
+            return Some(key);
+        }
+        let service_kind = self.service_kind?;
+        if Some(index) != self.endpoints_kind {
+            return None;
+        }
+        let key = self.source_of_host(service_kind, &obj.name_any())?;
+        Some(Key { kind: index, ..key })
+    }
+
+    /// Whether the key is the tenant Endpoints of a tenant Service that selects pods: its
+    /// Endpoints are then the tenant's endpoints controller's, and on the host the host's
+    /// endpoints controller keeps the Endpoints of the host Service; syncing them would only
+    /// collide.
+    pub(super) fn endpoints_of_selector_service(&self, key: &Key) -> bool {
+        let ar = &self.kinds[key.kind].ar;
+        if !(ar.group.is_empty() && ar.kind == "Endpoints") {
+            return false;
+        }
+        let Some(service) = self
+            .kinds
+            .iter()
+            .find(|k| k.ar.group.is_empty() && k.ar.kind == "Service")
+        else {
+            return false;
+        };
+        service
+            .tenant
+            .get(&ObjectRef::new_with(&key.name, service.ar.clone()).within(&key.namespace))
+            .is_some_and(|svc| {
+                svc.data
+                    .pointer("/spec/selector")
+                    .and_then(Value::as_object)
+                    .is_some_and(|s| !s.is_empty())
+            })
+    }
+
+    /// Under mapping v1, notes the tenant object `namespace/name` of kind `index` under its host
+    /// name, and `push`es the other objects there: which of them takes the name may have changed.
+    pub(super) fn share_host_name(
+        &self,
+        index: usize,
+        namespace: &str,
+        name: &str,
+        mut push: impl FnMut(Key),
+    ) {
+        if self.placement.mapping != MappingVersion::V1 {
+            return;
+        }
+        let key = Key {
+            kind: index,
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+        };
+        let slot = (index, self.host_name_of(&key));
+        let mut sharing = self.sharing.lock().expect("sharing lock");
+        let at = sharing.entry(slot).or_default();
+        at.insert((key.namespace, key.name));
+        for (namespace, name) in at
+            .iter()
+            .filter(|(ns, n)| (ns.as_str(), n.as_str()) != (namespace, name))
+        {
+            push(Key {
+                kind: index,
+                namespace: namespace.clone(),
+                name: name.clone(),
+            });
+        }
+    }
+
+    /// Under mapping v1, the other tenant objects of the key's kind at its host name.
+    fn sharing_host_name(&self, key: &Key) -> Vec<TenantObject> {
+        if self.placement.mapping != MappingVersion::V1 {
+            return Vec::new();
+        }
+        let mut objects = self.objects_at_host_name(key.kind, &self.host_name_of(key));
+        objects
+            .retain(|o| (&o.identity.namespace, &o.identity.name) != (&key.namespace, &key.name));
+        objects
+    }
+
+    /// Under mapping v1, the tenant objects of kind `index` known at `host_name`.
+    fn objects_at_host_name(&self, index: usize, host_name: &str) -> Vec<TenantObject> {
+        let kind = &self.kinds[index];
+        let sharing = self.sharing.lock().expect("sharing lock");
+        let Some(at) = sharing.get(&(index, host_name.to_string())) else {
+            return Vec::new();
+        };
+        at.iter()
+            .filter_map(|(ns, n)| {
+                let obj = kind
+                    .tenant
+                    .get(&ObjectRef::new_with(n, kind.ar.clone()).within(ns))?;
+                TenantObject::from_value(to_value(&obj)).ok()
+            })
+            .collect()
+    }
+
+    /// What the tenant store shows at `key` (`found`), once the host store has shown this
+    /// syncer's writes ([`Caches::host_behind`] is asked first).
+    pub(super) fn gathered(&self, key: &Key, found: Option<Arc<DynamicObject>>) -> Gathered {
+        match found {
+            Some(obj) => match TenantObject::from_value(to_value(&obj)) {
+                Ok(o) if self.tenant_behind(key, Some(&o.identity.uid)) => Gathered::Behind,
+                Ok(o) if self.in_place(key, &o) => Gathered::InPlace(o),
+                Ok(o) => Gathered::Present(o),
+                Err(e) => {
+                    tracing::warn!(error = %e, "unreadable tenant object");
+                    Gathered::Unreadable
+                }
+            },
+            None if self.tenant_behind(key, None) => Gathered::Behind,
+            None => {
+                self.in_place.lock().expect("in place lock").remove(key);
+                Gathered::Absent
+            }
+        }
+    }
+
+    /// The live view of `o` for its decision, or `None` when the host store is behind: a write
+    /// at this host name may have started or landed since the batch was gathered (another key
+    /// that maps to the same name).
+    pub(super) fn live(&self, key: &Key, o: &TenantObject) -> Option<LiveView> {
+        if self.host_behind(key) {
+            return None;
+        }
+        Some(LiveView {
+            host: self.host_of(key, o),
+            sharing: self.sharing_host_name(key),
+        })
+    }
+
+    /// Whether the host store has not yet shown this syncer's last write at the key's host name:
+    /// a decision now would take an older state for the current one (a create that looks
+    /// missing, a delete that looks undone), or a write at that name is still in flight. Forgets
+    /// writes the store shows.
+    pub(super) fn host_behind(&self, key: &Key) -> bool {
+        let name = self.host_name_of(key);
+        if self
+            .writes_in_flight
+            .lock()
+            .expect("writes in flight lock")
+            .contains(&(key.kind, name.clone()))
+        {
+            return true;
+        }
+        let mut writes = self.own_writes.lock().expect("own writes lock");
+        let Some(w) = writes.get(&(key.kind, name.clone())) else {
+            return false;
+        };
+        if w.at.elapsed() < OWN_WRITE_PATIENCE
+            && !w.shown_by(self.host_cached(key.kind, &name).as_ref())
+        {
+            return true;
+        }
+        writes.remove(&(key.kind, name));
+        false
+    }
+
+    /// Whether the tenant store has not yet shown the tenant Service this syncer recreated at
+    /// `key` (`tenant_uid`: the uid the store shows, if any). Forgets recreations that are
+    /// complete: the new Service shown and its host Service's provenance naming it.
+    fn tenant_behind(&self, key: &Key, tenant_uid: Option<&str>) -> bool {
+        let mut recreations = self.recreations.lock().expect("recreations lock");
+        let Some(r) = recreations.get(key) else {
+            return false;
+        };
+        let waiting = r.at.elapsed() < OWN_WRITE_PATIENCE;
+        let (behind, done) = match tenant_uid {
+            Some(uid) if Some(uid) == r.to_uid.as_deref() => {
+                let host = self.host_cached(key.kind, &self.host_name_of(key));
+                (false, host.as_ref().and_then(source_uid_of) == Some(uid))
+            }
+            Some(uid) if uid == r.from_uid || r.to_uid.is_none() => (waiting, !waiting),
+            Some(_) => (false, true),
+            None => (waiting, !waiting),
+        };
+        if done {
+            recreations.remove(key);
+        }
+        behind
+    }
+
+    /// A host write of kind `kind` at `name` starts: until [`Caches::write_done`], a key mapped
+    /// to that name is behind.
+    pub(super) fn write_started(&self, kind: usize, name: &str) -> (usize, String) {
+        let at = (kind, name.to_string());
+        self.writes_in_flight
+            .lock()
+            .expect("writes in flight lock")
+            .insert(at.clone());
+        at
+    }
+
+    /// The host write at `at` returned; `written`: what it wrote, until the host store shows it.
+    pub(super) fn write_done(&self, at: (usize, String), written: Option<OwnWrite>) {
+        if let Some(w) = written {
+            self.own_writes
+                .lock()
+                .expect("own writes lock")
+                .insert(at.clone(), w);
+        }
+        self.writes_in_flight
+            .lock()
+            .expect("writes in flight lock")
+            .remove(&at);
+    }
+
+    /// The tenant Service at `key` (uid `from_uid`) is being deleted, to be created again with
+    /// its host Service's cluster IPs.
+    pub(super) fn recreation_started(&self, key: &Key, from_uid: &str) {
+        self.recreations.lock().expect("recreations lock").insert(
+            key.clone(),
+            Recreation {
+                from_uid: from_uid.to_string(),
+                to_uid: None,
+                at: Instant::now(),
+            },
+        );
+    }
+
+    /// The tenant Service at `key` was not deleted: nothing to wait for.
+    pub(super) fn recreation_abandoned(&self, key: &Key) {
+        self.recreations
+            .lock()
+            .expect("recreations lock")
+            .remove(key);
+    }
+
+    /// The tenant Service at `key` was created again, with uid `to_uid`.
+    pub(super) fn recreated(&self, key: &Key, to_uid: Option<String>) {
+        if let Some(r) = self
+            .recreations
+            .lock()
+            .expect("recreations lock")
+            .get_mut(key)
+        {
+            r.to_uid = to_uid;
+            r.at = Instant::now();
+        }
+    }
+
+    /// The uid of the tenant Service this syncer deleted at `key` to recreate it, while its
+    /// recreation is not complete.
+    pub(super) fn recreated_from(&self, key: &Key) -> Option<String> {
+        self.recreations
+            .lock()
+            .expect("recreations lock")
+            .get(key)
+            .map(|r| r.from_uid.clone())
+    }
+
+    /// Whether `o` is still as its last Synced or Unchanged decision left it, on both sides.
+    fn in_place(&self, key: &Key, o: &TenantObject) -> bool {
+        let in_place = self.in_place.lock().expect("in place lock");
+        let Some((rv, digest)) = in_place.get(key) else {
+            return false;
+        };
+        Some(rv) == o.resource_version.as_ref()
+            && self
+                .host_of(key, o)
+                .as_ref()
+                .and_then(translate::recorded_digest)
+                == Some(digest.as_str())
+    }
+
+    /// Remembers what `step` left in place for `o` (a Synced write or an Unchanged decision), or
+    /// forgets it.
+    pub(super) fn remember_in_place(&self, key: &Key, o: &TenantObject, step: &Step) {
+        let digest = match &step.write {
+            Some(HostWrite::Create(v) | HostWrite::Apply(v)) => {
+                translate::recorded_digest(v).map(str::to_string)
+            }
+            None if step.decision.outcome == Outcome::Unchanged => self
+                .host_of(key, o)
+                .as_ref()
+                .and_then(translate::recorded_digest)
+                .map(str::to_string),
+            _ => None,
+        };
+        let mut in_place = self.in_place.lock().expect("in place lock");
+        match (digest, &o.resource_version) {
+            (Some(d), Some(rv)) => {
+                in_place.insert(key.clone(), (rv.clone(), d));
+            }
+            _ => {
+                in_place.remove(key);
+            }
+        }
+    }
+}
+
+impl HostObjects for Caches {
+    fn host_object(&self, group: &str, kind: &str, name: &str) -> Option<HostObjectMeta> {
+        let store = self
+            .kinds
+            .iter()
+            .map(|k| (&k.ar, &k.host))
+            .chain(self.referenced.iter().map(|(ar, store)| (ar, store)))
+            .find(|(ar, _)| ar.group == group && ar.kind == kind)
+            .map(|(ar, store)| (ar.clone(), store))?;
+        let (ar, store) = store;
+        let obj =
+            store.get(&ObjectRef::new_with(name, ar).within(&self.placement.host_namespace))?;
+        reconcile::host_meta(&to_value(&obj))
+    }
+}
+
+/// What a reference can resolve to, as a decision sees it: the host object in the stores and,
+/// under mapping v1, at a shared host name no host object holds yet, the host object of the tenant
+/// object that takes it once written, so that a reference is checked against that whichever of
+/// them is decided first.
+pub(super) struct ReferenceTargets<'a> {
+    pub(super) caches: &'a Caches,
+    pub(super) planner: &'a Planner,
+}
+
+impl HostObjects for ReferenceTargets<'_> {
+    fn host_object(&self, group: &str, kind: &str, name: &str) -> Option<HostObjectMeta> {
+        let caches = self.caches;
+        if let Some(found) = caches.host_object(group, kind, name) {
+            return Some(found);
+        }
+        if caches.placement.mapping != MappingVersion::V1 || !mapping::may_be_shared_under_v1(name)
+        {
+            return None;
+        }
+        let index = caches
+            .kinds
+            .iter()
+            .position(|k| k.ar.group == group && k.ar.kind == kind)?;
+        let objects = caches.objects_at_host_name(index, name);
+        let taker = self.planner.taker(&objects)?;
+        Some(mapping::place(&caches.placement, taker).synced_meta())
+    }
+}
+
+pub(super) fn to_value(obj: &DynamicObject) -> Value {
+    serde_json::to_value(obj).expect("a DynamicObject always serializes")
+}
+
+/// The source uid a host object's provenance names.
+fn source_uid_of(host: &Value) -> Option<&str> {
+    host.pointer("/metadata/labels")
+        .and_then(|l| l.get(provenance::SOURCE_UID))
+        .and_then(Value::as_str)
+}
+
+/// The apiVersion and kind of the objects of `ar`.
+pub(super) fn type_meta(ar: &ApiResource) -> TypeMeta {
+    TypeMeta {
+        api_version: ar.api_version.clone(),
+        kind: ar.kind.clone(),
+    }
+}
+
+/// A tenant object as its store keeps it: everything but the field sets of its managedFields
+/// (only who wrote it is read, by the Endpoints up-sync; the field sets are most of the
+/// metadata of a small object), with its apiVersion and kind: a real API server sends them on
+/// the objects of a watch event but not on the items of a list.
+pub(super) fn trim_tenant_object(types: &TypeMeta, obj: &mut DynamicObject) {
+    obj.types.get_or_insert_with(|| types.clone());
+    for entry in obj.metadata.managed_fields.iter_mut().flatten() {
+        entry.fields_v1 = None;
+    }
+}
+
+/// A host object as its store keeps it: what decisions read of it and nothing else. Its metadata
+/// (provenance, the recorded digest, uid and resourceVersion) without managedFields, its status
+/// (flowing up), a Service's spec (its cluster IPs flow up) and an Endpoints' subsets; the rest
+/// (a Pod's spec, a ConfigMap's or Secret's data) is what the syncer wrote from the tenant object
+/// and is compared by digest only. Like a tenant object, it gets the apiVersion and kind that a
+/// list's items lack.
+pub(super) fn trim_host_object(types: &TypeMeta, service: bool, obj: &mut DynamicObject) {
+    obj.types.get_or_insert_with(|| types.clone());
+    obj.metadata.managed_fields = None;
+    if let Some(body) = obj.data.as_object_mut() {
+        body.retain(|field, _| match field.as_str() {
+            "status" | "subsets" => true,
+            "spec" => service,
+            _ => false,
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tenant::FIELD_MANAGER;
+
+    fn dynamic(v: Value) -> DynamicObject {
+        serde_json::from_value(v).expect("a valid object")
+    }
+
+    fn types(kind: &str) -> TypeMeta {
+        TypeMeta {
+            api_version: "v1".into(),
+            kind: kind.into(),
+        }
+    }
+
+    /// A real API server's list items have no apiVersion and kind (the List has them); the
+    /// stores give them back, so that a tenant object that existed before the syncer started is
+    /// readable like one that arrived in a watch event.
+    #[test]
+    fn a_listed_item_gets_the_apiversion_and_kind_of_its_list() {
+        let item = || {
+            dynamic(
+                json!({"metadata": {"name": "web", "namespace": "shop", "uid": "u1",
+                "resourceVersion": "3"}, "data": {"k": "v"}}),
+            )
+        };
+        assert!(
+            TenantObject::from_value(to_value(&item())).is_err(),
+            "as listed, the item is not a tenant object"
+        );
+        let mut listed = item();
+        trim_tenant_object(&types("ConfigMap"), &mut listed);
+        let object = TenantObject::from_value(to_value(&listed)).expect("a tenant object");
+        assert_eq!(object.identity.api_version, "v1");
+        assert_eq!(object.identity.kind, "ConfigMap");
+
+        let mut host = item();
+        trim_host_object(&types("ConfigMap"), false, &mut host);
+        assert_eq!(to_value(&host)["kind"], "ConfigMap");
+
+        let mut event = dynamic(json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "web"}}));
+        trim_tenant_object(&types("Secret"), &mut event);
+        assert_eq!(
+            to_value(&event)["kind"],
+            "ConfigMap",
+            "what the server sent is kept"
+        );
+    }
+
+    fn managed_fields(manager: &str) -> Value {
+        json!([{"manager": manager, "operation": "Apply", "apiVersion": "v1",
+            "fieldsType": "FieldsV1", "fieldsV1": {"f:data": {"f:k": {}}}}])
+    }
+
+    #[test]
+    fn the_host_store_keeps_what_decisions_read_and_drops_the_rest() {
+        let meta = json!({"name": "cfg-x-web", "namespace": "tenant-acme", "uid": "h1",
+            "resourceVersion": "7", "labels": {"tenantplane.io/tenant": "acme"},
+            "annotations": {"tenantplane.io/digest": "d"},
+            "managedFields": managed_fields("tenantplane-syncer")});
+        let mut cm = dynamic(
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta,
+            "data": {"k": "a large value"}}),
+        );
+        trim_host_object(&types("ConfigMap"), false, &mut cm);
+        let kept = to_value(&cm);
+        assert_eq!(kept["metadata"]["labels"], meta["labels"]);
+        assert_eq!(kept["metadata"]["annotations"], meta["annotations"]);
+        assert_eq!(kept["metadata"]["resourceVersion"], "7");
+        assert_eq!(kept.pointer("/metadata/managedFields"), None);
+        assert_eq!(kept.get("data"), None);
+
+        let mut svc = dynamic(
+            json!({"apiVersion": "v1", "kind": "Service", "metadata": meta,
+            "spec": {"clusterIP": "10.0.0.7"}, "status": {"loadBalancer": {}}}),
+        );
+        trim_host_object(&types("Service"), true, &mut svc);
+        let kept = to_value(&svc);
+        assert_eq!(kept["spec"]["clusterIP"], "10.0.0.7", "cluster IPs flow up");
+        assert_eq!(
+            kept["status"],
+            json!({"loadBalancer": {}}),
+            "status flows up"
+        );
+
+        let mut pod = dynamic(json!({"apiVersion": "v1", "kind": "Pod", "metadata": meta,
+            "spec": {"containers": [{"name": "a", "image": "x"}]},
+            "status": {"phase": "Running"}}));
+        trim_host_object(&types("Pod"), false, &mut pod);
+        let kept = to_value(&pod);
+        assert_eq!(kept.get("spec"), None);
+        assert_eq!(kept["status"]["phase"], "Running");
+    }
+
+    #[test]
+    fn the_tenant_store_still_tells_who_wrote_an_object() {
+        let endpoints = |manager: &str| {
+            let mut e = dynamic(json!({"apiVersion": "v1", "kind": "Endpoints",
+                "metadata": {"name": "web", "namespace": "shop",
+                    "managedFields": managed_fields(manager)},
+                "subsets": [{"addresses": [{"ip": "10.0.0.9"}]}]}));
+            trim_tenant_object(&types("Endpoints"), &mut e);
+            to_value(&e)
+        };
+        let theirs = endpoints("endpoint-controller");
+        assert!(reconcile::written_by_another_manager(
+            &theirs,
+            FIELD_MANAGER
+        ));
+        assert!(!reconcile::written_by_another_manager(
+            &endpoints(FIELD_MANAGER),
+            FIELD_MANAGER
+        ));
+        assert_eq!(theirs.pointer("/metadata/managedFields/0/fieldsV1"), None);
+        assert_eq!(theirs["subsets"][0]["addresses"][0]["ip"], "10.0.0.9");
+    }
+
+    fn host(uid: &str, rv: &str) -> Value {
+        json!({"metadata": {"name": "p-x-web", "uid": uid, "resourceVersion": rv}})
+    }
+
+    #[test]
+    fn a_host_store_that_lags_this_syncers_writes_is_behind() {
+        let created = OwnWrite {
+            uid: "h1".into(),
+            resource_version: Some("12".into()),
+            at: Instant::now(),
+        };
+        // The create is not in the store yet: it would look like there is nothing to update.
+        assert!(!created.shown_by(None));
+        assert!(
+            !created.shown_by(Some(&host("h0", "15"))),
+            "an older object"
+        );
+        assert!(!created.shown_by(Some(&host("h1", "11"))));
+        assert!(created.shown_by(Some(&host("h1", "12"))));
+        assert!(created.shown_by(Some(&host("h1", "40"))), "a later change");
+
+        let deleted = OwnWrite {
+            uid: "h1".into(),
+            resource_version: None,
+            at: Instant::now(),
+        };
+        // The deleted object still in the store would be deleted (and recorded) twice.
+        assert!(!deleted.shown_by(Some(&host("h1", "12"))));
+        assert!(deleted.shown_by(None));
+        assert!(deleted.shown_by(Some(&host("h2", "13"))), "a new object");
+    }
+}

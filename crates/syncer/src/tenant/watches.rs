@@ -1,0 +1,141 @@
+//! Queueing: the watches of one Tenant fill its caches, and each event queues the key it
+//! concerns. A tenant object's event queues its own key (a Service's also queues its Endpoints,
+//! whose syncing it decides; under mapping v1, the other objects at its host name are queued
+//! too); a host object's event queues the key of the tenant object it was synced from (for the
+//! host Endpoints of our host Service, the tenant Endpoints they flow up into). The watches of
+//! the referenceable kinds that are not synced only fill their stores. The resync queues every
+//! key the caches know of.
+
+use futures::StreamExt;
+use futures::stream::BoxStream;
+use kube::ResourceExt;
+use kube::api::{Api, DynamicObject};
+use kube::core::ApiResource;
+use kube::runtime::reflector::store::Writer;
+use kube::runtime::{WatchStreamExt, watcher};
+use std::sync::Arc;
+use tokio::task::JoinHandle;
+
+use super::caches::{trim_host_object, trim_tenant_object, type_meta};
+use super::{Key, Worker};
+
+/// The watches of one synced kind, by its index: in the tenant control plane and in the host
+/// namespace, each with the writer of its store.
+pub(super) struct KindWatches {
+    pub(super) index: usize,
+    pub(super) tenant: (Api<DynamicObject>, Writer<DynamicObject>),
+    pub(super) host: (Api<DynamicObject>, Writer<DynamicObject>),
+}
+
+/// The host watch of a referenceable kind that is not synced, with the writer of its store.
+pub(super) type ReferenceWatch = (ApiResource, Api<DynamicObject>, Writer<DynamicObject>);
+
+/// Starts the watches; their tasks run until aborted.
+pub(super) fn spawn(
+    worker: &Arc<Worker>,
+    kinds: Vec<KindWatches>,
+    references: Vec<ReferenceWatch>,
+) -> Vec<JoinHandle<()>> {
+    let mut tasks = Vec::new();
+    for KindWatches {
+        index,
+        tenant: (tenant_api, tenant_writer),
+        host: (host_api, host_writer),
+    } in kinds
+    {
+        let w = worker.clone();
+        let types = type_meta(&w.caches.kind(index).ar);
+        tasks.push(tokio::spawn(async move {
+            let mut events = stored(tenant_api, tenant_writer, move |obj| {
+                trim_tenant_object(&types, obj)
+            });
+            while let Some(event) = events.next().await {
+                match event {
+                    Ok(obj) => w.tenant_event(index, &obj),
+                    Err(e) => {
+                        tracing::warn!(tenant = %w.caches.placement.tenant, error = %e, "tenant watch")
+                    }
+                }
+            }
+        }));
+        let w = worker.clone();
+        let service = Some(index) == w.caches.service_kind;
+        let types = type_meta(&w.caches.kind(index).ar);
+        tasks.push(tokio::spawn(async move {
+            let mut events = stored(host_api, host_writer, move |obj| {
+                trim_host_object(&types, service, obj)
+            });
+            while let Some(event) = events.next().await {
+                match event {
+                    Ok(obj) => {
+                        if let Some(key) = w.caches.key_of_host_event(index, &obj) {
+                            w.queue.push(key);
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!(tenant = %w.caches.placement.tenant, error = %e, "host watch")
+                    }
+                }
+            }
+        }));
+    }
+    for (ar, api, writer) in references {
+        let tenant = worker.caches.placement.tenant.clone();
+        let types = type_meta(&ar);
+        tasks.push(tokio::spawn(async move {
+            let mut events = stored(api, writer, move |obj| trim_host_object(&types, false, obj));
+            while let Some(event) = events.next().await {
+                if let Err(e) = event {
+                    tracing::warn!(tenant = %tenant, error = %e, "host watch of a referenced kind");
+                }
+            }
+        }));
+    }
+    tasks
+}
+
+/// The objects a watch of `api` touches, each `trim`med and then kept in the store of `writer`.
+fn stored(
+    api: Api<DynamicObject>,
+    writer: Writer<DynamicObject>,
+    trim: impl FnMut(&mut DynamicObject) + Send + 'static,
+) -> BoxStream<'static, Result<DynamicObject, watcher::Error>> {
+    watcher(api, watcher::Config::default())
+        .default_backoff()
+        .modify(trim)
+        .reflect(writer)
+        .touched_objects()
+        .boxed()
+}
+
+impl Worker {
+    /// Queues what a tenant object's event concerns.
+    fn tenant_event(&self, index: usize, obj: &DynamicObject) {
+        let namespace = obj.namespace().unwrap_or_default();
+        let name = obj.name_any();
+        self.caches
+            .share_host_name(index, &namespace, &name, |key| self.queue.push(key));
+        // A Service decides whether its Endpoints are synced: look at them again.
+        if let Some(endpoints) = self
+            .caches
+            .endpoints_kind
+            .filter(|_| Some(index) == self.caches.service_kind)
+        {
+            self.queue.push(Key {
+                kind: endpoints,
+                namespace: namespace.clone(),
+                name: name.clone(),
+            });
+        }
+        self.queue.push(Key {
+            kind: index,
+            namespace,
+            name,
+        });
+    }
+
+    /// Queues every key the caches know of (the first pass, and each resync).
+    pub(super) fn enqueue_all(&self) {
+        self.caches.each_key(|key| self.queue.push(key));
+    }
+}
