@@ -18,8 +18,14 @@ fn explain(args: &[&str]) -> std::process::Output {
         .unwrap()
 }
 
-#[tokio::test]
-async fn a_foreign_object_on_the_live_host_is_predicted_as_a_conflict() {
+/// A local API server standing in for the host cluster, with the demo tenant's host namespace
+/// `tenant-demo`; its kubeconfig written in a temporary directory.
+async fn host_with_tenant_namespace() -> (
+    LocalApiServer,
+    tempfile::TempDir,
+    std::path::PathBuf,
+    kube::Client,
+) {
     let host = LocalApiServer::builder().start().await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     let kubeconfig = dir.path().join("host.kubeconfig");
@@ -31,6 +37,12 @@ async fn a_foreign_object_on_the_live_host_is_predicted_as_a_conflict() {
         .create(&PostParams::default(), &namespace)
         .await
         .unwrap();
+    (host, dir, kubeconfig, client)
+}
+
+#[tokio::test]
+async fn a_foreign_object_on_the_live_host_is_predicted_as_a_conflict() {
+    let (host, dir, kubeconfig, client) = host_with_tenant_namespace().await;
     let foreign: ConfigMap = serde_json::from_value(serde_json::json!({
         "metadata": {"name": "web-config-x-shop", "labels": {"owner": "platform-team"}}
     }))
@@ -102,17 +114,7 @@ async fn an_unreachable_host_cluster_is_a_clear_error() {
 
 #[tokio::test]
 async fn a_reference_to_a_foreign_object_of_a_kind_not_among_the_inputs_is_predicted_refused() {
-    let host = LocalApiServer::builder().start().await.unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let kubeconfig = dir.path().join("host.kubeconfig");
-    host.write_kubeconfig(&kubeconfig, "host").unwrap();
-    let client = host.client().await.unwrap();
-    let namespace: Namespace =
-        serde_json::from_value(serde_json::json!({"metadata": {"name": "tenant-demo"}})).unwrap();
-    Api::<Namespace>::all(client.clone())
-        .create(&PostParams::default(), &namespace)
-        .await
-        .unwrap();
+    let (host, dir, kubeconfig, client) = host_with_tenant_namespace().await;
     let platform_admin: ServiceAccount =
         serde_json::from_value(serde_json::json!({"metadata": {"name": "platform-admin-x-lab"}}))
             .unwrap();

@@ -71,6 +71,16 @@ impl std::fmt::Display for IsolationRef {
 }
 
 impl IsolationRef {
+    /// The decision target this object is.
+    pub fn target(&self) -> HostTarget {
+        HostTarget {
+            api_version: self.api_version.clone(),
+            kind: self.kind.clone(),
+            namespace: self.namespace.clone().unwrap_or_default(),
+            name: self.name.clone(),
+        }
+    }
+
     fn to_object_ref(&self) -> tenantplane_isolation::ObjectRef {
         tenantplane_isolation::ObjectRef {
             api_version: self.api_version.clone(),
@@ -255,12 +265,7 @@ impl Source {
                 uid: self.uid.clone(),
                 resource_version: self.resource_version.clone(),
             },
-            target: target.map(|t| HostTarget {
-                api_version: t.api_version.clone(),
-                kind: t.kind.clone(),
-                namespace: t.namespace.clone().unwrap_or_default(),
-                name: t.name.clone(),
-            }),
+            target: target.map(IsolationRef::target),
             outcome: verdict.outcome,
             action: verdict.action,
             policy: None,

@@ -19,9 +19,7 @@ use kube::Client;
 use kube::api::{Api, DynamicObject, ListParams};
 use serde_json::json;
 use tenantplane_api::{SyncPolicy, Tenant, admission, conditions, provenance};
-use tenantplane_core::decision::{
-    Decision, HostAction, HostTarget, Outcome, PolicyRef, Stamp, Subject,
-};
+use tenantplane_core::decision::{Decision, HostAction, Outcome, PolicyRef, Stamp, Subject};
 use tenantplane_core::translate::{DESIRED_DIGEST, digest};
 use tenantplane_core::{CompiledPolicy, MappingVersion};
 use tracing::Instrument as _;
@@ -106,12 +104,7 @@ impl Source {
                 uid: self.uid.clone(),
                 resource_version: self.resource_version.clone(),
             },
-            target: target.map(|t| HostTarget {
-                api_version: t.api_version.clone(),
-                kind: t.kind.clone(),
-                namespace: t.namespace.clone().unwrap_or_default(),
-                name: t.name.clone(),
-            }),
+            target: target.map(IsolationRef::target),
             outcome: verdict.outcome,
             action: verdict.action,
             policy: Some(PolicyRef {
