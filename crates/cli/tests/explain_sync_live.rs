@@ -42,7 +42,7 @@ async fn host_with_tenant_namespace() -> (
 
 #[tokio::test]
 async fn a_foreign_object_on_the_live_host_is_predicted_as_a_conflict() {
-    let (host, dir, kubeconfig, client) = host_with_tenant_namespace().await;
+    let (host, _dir, kubeconfig, client) = host_with_tenant_namespace().await;
     let foreign: ConfigMap = serde_json::from_value(serde_json::json!({
         "metadata": {"name": "web-config-x-shop", "labels": {"owner": "platform-team"}}
     }))
