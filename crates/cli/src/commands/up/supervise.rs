@@ -32,6 +32,10 @@ const READY_TIMEOUT: Duration = Duration::from_secs(60);
 const STOP_GRACE: Duration = Duration::from_secs(15);
 /// Starts in a row that end before the service is ready, after which `up` gives it up.
 const MAX_FAILED_STARTS: u32 = 3;
+/// How long an exited service waits for `up`'s own stop before it counts as a crash: Ctrl-C in a
+/// terminal signals the whole process group, so the services may exit just before `up` stops
+/// them.
+const STOPPING_TOGETHER: Duration = Duration::from_millis(500);
 /// How long a service must have run, ready, for its restart delay to start again from the first.
 const HEALTHY_RUN: Duration = Duration::from_secs(60);
 /// The restart delays: 1 s, doubling up to 30 s.
@@ -158,6 +162,10 @@ async fn keep_running(
             RunEnd::Stopped => return Ok(()),
             RunEnd::Ended { what, ready_for } => (what, ready_for),
         };
+        tokio::select! {
+            _ = &mut stop => return Ok(()),
+            () = tokio::time::sleep(STOPPING_TOGETHER) => {}
+        }
         let before_ready = match ready_for {
             Some(ran) => {
                 failed_starts = 0;
