@@ -303,6 +303,25 @@ async fn clean_up(
         for namespace in &made.tenant_namespaces {
             delete(&client, "v1", "Namespace", None, namespace).await?;
         }
+        // A Tenant whose finalizer had to be removed above (its syncer was stopped) leaves its
+        // admission policies behind, and they would refuse other tests' objects.
+        for tenant in &made.tenants {
+            for kind in [
+                "ValidatingAdmissionPolicyBinding",
+                "ValidatingAdmissionPolicy",
+            ] {
+                let api: Api<DynamicObject> = Api::all_with(
+                    client.clone(),
+                    &resource("admissionregistration.k8s.io/v1", kind),
+                );
+                let selector = format!("{}={tenant}", tenantplane_api::provenance::TENANT);
+                api.delete_collection(
+                    &kube::api::DeleteParams::default(),
+                    &kube::api::ListParams::default().labels(&selector),
+                )
+                .await?;
+            }
+        }
     }
     Ok(())
 }

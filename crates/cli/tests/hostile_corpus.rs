@@ -181,6 +181,22 @@ async fn recorded(store: &dyn DecisionStore, tenant: &str, object: &str) -> Vec<
         .collect()
 }
 
+/// Creates `object`, trying again for a while: a real control plane admits a pod once its
+/// namespace's ServiceAccount exists, which its controllers create shortly after the namespace.
+async fn create_once_admitted(client: &kube::Client, object: &Value) -> Value {
+    let mut tries = 0;
+    loop {
+        match create(client, object.clone()).await {
+            Ok(stored) => return stored,
+            Err(e) => {
+                tries += 1;
+                assert!(tries < 100, "creating {}: {e:#}", identity(object));
+                tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+            }
+        }
+    }
+}
+
 /// The first recorded decision about an object that is not the failure of a write (a host
 /// write can fail on a real cluster and be tried again, each try a decision of its own).
 fn first_decided(decisions: &[Value]) -> Option<&Value> {
@@ -222,18 +238,7 @@ async fn every_prediction_about_the_hostile_corpus_comes_true_under_v1_and_v2() 
     // the syncer sees: a real one's admission adds to a pod (its service account token volume).
     let mut corpus_yaml = String::new();
     for object in &tenant_objects {
-        // A real control plane admits a pod once its namespace's default ServiceAccount exists.
-        let mut tries = 0;
-        let stored = loop {
-            match create(&env.tenant_cp.client, object.clone()).await {
-                Ok(stored) => break stored,
-                Err(e) => {
-                    tries += 1;
-                    assert!(tries < 100, "creating {}: {e:#}", identity(object));
-                    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-                }
-            }
-        };
+        let stored = create_once_admitted(&env.tenant_cp.client, object).await;
         corpus_yaml += "---\n";
         corpus_yaml += &serde_norway::to_string(&stored).unwrap();
     }
@@ -249,7 +254,7 @@ async fn every_prediction_about_the_hostile_corpus_comes_true_under_v1_and_v2() 
         let mut fixtures = BTreeMap::new();
         for object in read_corpus("host") {
             let object = renamer.host_object(object, &host_ns);
-            let made = create(&env.host.client, object).await.unwrap();
+            let made = create_once_admitted(&env.host.client, &object).await;
             let key = format!(
                 "{}/{}",
                 made["kind"].as_str().unwrap(),
