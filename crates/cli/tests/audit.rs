@@ -339,3 +339,36 @@ fn decisions_show_what_closes_a_recorded_action_and_what_is_open() {
     ]));
     assert_eq!(none.trim(), "no open host actions");
 }
+
+#[test]
+fn decisions_stop_quietly_when_their_reader_goes() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("decisions.db");
+    make_log(&db, 2000);
+    // `tenantplane decisions | head -1`: the pipe closes after the first line.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tenantplane"))
+        .args([
+            "decisions",
+            "--db",
+            &db.display().to_string(),
+            "--limit",
+            "1000",
+        ])
+        .env_remove("TENANTPLANE_DECISION_LOG")
+        .env_remove("TENANTPLANE_DECISIONS_SERVER")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+        &mut first,
+    )
+    .unwrap();
+    assert!(first.starts_with("SEQ"), "{first}");
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{:?}: {stderr}", out.status);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}

@@ -9,6 +9,7 @@
 //! and links to it in a tracing UI: `--trace-url` / `TENANTPLANE_TRACE_URL`, a URL template with
 //! `{trace_id}`, by default the local Jaeger (`http://localhost:16686/trace/{trace_id}`).
 
+use std::io::Write as _;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -115,7 +116,7 @@ async fn run_async(args: &Args) -> anyhow::Result<ExitCode> {
             printer.print(e)?;
         }
         if open.is_empty() && args.output == Format::Table {
-            println!("no open host actions");
+            writeln!(std::io::stdout(), "no open host actions")?;
         }
         return Ok(ExitCode::SUCCESS);
     }
@@ -123,7 +124,11 @@ async fn run_async(args: &Args) -> anyhow::Result<ExitCode> {
     newest.reverse();
     let last = newest.last().map(|e| e.sequence);
     if args.output == Format::Json && !args.watch {
-        println!("{}", serde_json::to_string_pretty(&newest)?);
+        writeln!(
+            std::io::stdout(),
+            "{}",
+            serde_json::to_string_pretty(&newest)?
+        )?;
     } else {
         let mut printer = Printer::new(args.output).with_trace_url(args.trace_url.clone());
         for e in &newest {
@@ -202,17 +207,20 @@ impl Printer {
         self
     }
 
+    /// Prints one entry on stdout; an error when stdout is closed (the reader has gone).
     pub(crate) fn print(&mut self, e: &Entry) -> anyhow::Result<()> {
+        let mut out = std::io::stdout().lock();
         match self.format {
-            Format::Json => println!("{}", serde_json::to_string(e)?),
-            Format::Yaml => print!("---\n{}", serde_norway::to_string(e)?),
+            Format::Json => writeln!(out, "{}", serde_json::to_string(e)?)?,
+            Format::Yaml => write!(out, "---\n{}", serde_norway::to_string(e)?)?,
             Format::Table => {
                 if !self.header {
                     self.header = true;
-                    println!(
+                    writeln!(
+                        out,
                         "{:<8} {:<30} {:<16} {:<10} {:<40} {:<40} {:<20} {:<32} REASON  TRACE",
                         "SEQ", "TIME", "TENANT", "OUTCOME", "SUBJECT", "HOST", "RULE", "TRACE ID"
-                    );
+                    )?;
                 }
                 let d = &e.decision;
                 let [subject, host, rule] = table_columns(d);
@@ -225,7 +233,8 @@ impl Printer {
                     .trace_url
                     .link_opt(d.trace_id.as_deref())
                     .unwrap_or_else(|| "-".to_string());
-                println!(
+                writeln!(
+                    out,
                     "{:<8} {:<30} {:<16} {:<10} {:<40} {:<40} {:<20} {:<32} {}  {}",
                     e.sequence,
                     d.time.to_string(),
@@ -237,7 +246,7 @@ impl Printer {
                     trace_id,
                     reason,
                     link
-                );
+                )?;
             }
         }
         Ok(())
