@@ -321,6 +321,40 @@ pub(crate) struct Verdict {
     pub(crate) message: String,
 }
 
+impl Verdict {
+    /// Applying a compiled object: an update of the one at its name when `exists`, a create
+    /// otherwise.
+    pub(crate) fn applied(
+        exists: bool,
+        field_path: String,
+        reason: &'static str,
+        message: String,
+    ) -> Verdict {
+        Verdict {
+            outcome: Outcome::Synced,
+            action: if exists {
+                HostAction::Update
+            } else {
+                HostAction::Create
+            },
+            field_path,
+            reason,
+            message,
+        }
+    }
+
+    /// Deleting an object its source no longer compiles.
+    pub(crate) fn pruned(field_path: String, message: String) -> Verdict {
+        Verdict {
+            outcome: Outcome::Deleted,
+            action: HostAction::Delete,
+            field_path,
+            reason: "NoLongerCompiled",
+            message,
+        }
+    }
+}
+
 /// One compiled or pruned object that needs a write.
 #[derive(Debug)]
 pub(crate) struct Change {
@@ -390,17 +424,12 @@ pub async fn apply(
         changes.push(Change {
             target: r,
             api,
-            verdict: Verdict {
-                outcome: Outcome::Synced,
-                action: if host.is_some() {
-                    HostAction::Update
-                } else {
-                    HostAction::Create
-                },
-                field_path: compiled_object.provenance.field_paths.join(","),
-                reason: "CompiledFromProfile",
-                message: compiled_object.provenance.explanation.clone(),
-            },
+            verdict: Verdict::applied(
+                host.is_some(),
+                compiled_object.provenance.field_paths.join(","),
+                "CompiledFromProfile",
+                compiled_object.provenance.explanation.clone(),
+            ),
             write: Write::Apply(object),
             cluster: HOST,
         });
@@ -426,16 +455,13 @@ pub async fn apply(
         changes.push(Change {
             target: r.clone(),
             api,
-            verdict: Verdict {
-                outcome: Outcome::Deleted,
-                action: HostAction::Delete,
-                field_path: fields,
-                reason: "NoLongerCompiled",
-                message: format!(
+            verdict: Verdict::pruned(
+                fields,
+                format!(
                     "IsolationProfile {} (generation {}) no longer compiles {}: deleted",
                     source.profile, source.generation, r
                 ),
-            },
+            ),
             write: Write::Delete(host.metadata.uid),
             cluster: HOST,
         });

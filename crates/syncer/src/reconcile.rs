@@ -522,6 +522,11 @@ mod tests {
         }
     }
 
+    /// The step for `o` planned against an empty host snapshot, with `host` live at its target.
+    fn decide(p: &Planner, o: &TenantObject, host: Option<&Value>) -> Step {
+        reconcile_present(p, o, &p.plan(o, &HostState::default()), live(host), stamp())
+    }
+
     fn planner() -> Planner {
         let t = Tenant::new("acme", Default::default());
         Planner::new(&t, CompiledPolicy::builtin_default())
@@ -554,13 +559,7 @@ mod tests {
     fn create_then_unchanged_then_update() {
         let p = planner();
         let o = cm("a");
-        let step = reconcile_present(
-            &p,
-            &o,
-            &p.plan(&o, &HostState::default()),
-            live(None),
-            stamp(),
-        );
+        let step = decide(&p, &o, None);
         assert_eq!(step.decision.outcome, Outcome::Synced);
         let write = step.write.clone().unwrap();
         let HostWrite::Create(created) = &write else {
@@ -573,24 +572,12 @@ mod tests {
         let host = landed(&write);
 
         // Resync with the same object: nothing written, whatever the host added.
-        let again = reconcile_present(
-            &p,
-            &o,
-            &p.plan(&o, &HostState::default()),
-            live(Some(&host)),
-            stamp(),
-        );
+        let again = decide(&p, &o, Some(&host));
         assert_eq!(again.decision.outcome, Outcome::Unchanged);
         assert_eq!(again.write, None);
 
         let changed = cm("b");
-        let upd = reconcile_present(
-            &p,
-            &changed,
-            &p.plan(&changed, &HostState::default()),
-            live(Some(&host)),
-            stamp(),
-        );
+        let upd = decide(&p, &changed, Some(&host));
         assert_eq!(upd.decision.outcome, Outcome::Synced);
         let Some(HostWrite::Apply(applied)) = &upd.write else {
             panic!("{:?}", upd.write)
@@ -624,33 +611,15 @@ mod tests {
             .unwrap()
         };
         let bad = pod(true);
-        let step = reconcile_present(
-            &p,
-            &bad,
-            &p.plan(&bad, &HostState::default()),
-            live(None),
-            stamp(),
-        );
+        let step = decide(&p, &bad, None);
         assert_eq!(step.decision.outcome, Outcome::Rejected);
         assert_eq!(step.decision.reason, "HostNetworkForbidden");
         assert_eq!(step.write, None);
 
         let good = pod(false);
-        let created = reconcile_present(
-            &p,
-            &good,
-            &p.plan(&good, &HostState::default()),
-            live(None),
-            stamp(),
-        );
+        let created = decide(&p, &good, None);
         let host = landed(created.write.as_ref().unwrap());
-        let step = reconcile_present(
-            &p,
-            &bad,
-            &p.plan(&bad, &HostState::default()),
-            live(Some(&host)),
-            stamp(),
-        );
+        let step = decide(&p, &bad, Some(&host));
         assert_eq!(step.decision.outcome, Outcome::Rejected);
         assert_eq!(
             step.write,
@@ -668,13 +637,7 @@ mod tests {
             "metadata": {"name": "tok", "namespace": "web"},
             "type": "kubernetes.io/service-account-token"}))
         .unwrap();
-        let step = reconcile_present(
-            &p,
-            &o,
-            &p.plan(&o, &HostState::default()),
-            live(None),
-            stamp(),
-        );
+        let step = decide(&p, &o, None);
         assert_eq!(step.decision.outcome, Outcome::Rejected);
         assert_eq!(step.decision.reason, "ServiceAccountTokenSecretForbidden");
         assert_eq!(step.decision.field_path.as_deref(), Some("type"));
@@ -685,13 +648,7 @@ mod tests {
     fn deletion_only_of_our_own_host_object() {
         let p = planner();
         let o = cm("a");
-        let created = reconcile_present(
-            &p,
-            &o,
-            &p.plan(&o, &HostState::default()),
-            live(None),
-            stamp(),
-        );
+        let created = decide(&p, &o, None);
         let host = landed(created.write.as_ref().unwrap());
         let step = reconcile_absent(&tenant(), &o.identity, Some(&host), stamp()).unwrap();
         assert_eq!(step.decision.outcome, Outcome::Deleted);
@@ -727,24 +684,12 @@ mod tests {
     fn a_host_object_of_an_earlier_incarnation_is_deleted_first() {
         let p = planner();
         let old = cm("a");
-        let created = reconcile_present(
-            &p,
-            &old,
-            &p.plan(&old, &HostState::default()),
-            live(None),
-            stamp(),
-        );
+        let created = decide(&p, &old, None);
         let host = landed(created.write.as_ref().unwrap());
         let mut recreated = cm("a");
         recreated.identity.uid = "u2".into();
         recreated.object["metadata"]["uid"] = json!("u2");
-        let step = reconcile_present(
-            &p,
-            &recreated,
-            &p.plan(&recreated, &HostState::default()),
-            live(Some(&host)),
-            stamp(),
-        );
+        let step = decide(&p, &recreated, Some(&host));
         assert_eq!(step.decision.outcome, Outcome::Deleted);
         assert_eq!(step.decision.reason, "SourceRecreated");
         assert_eq!(
@@ -763,22 +708,10 @@ mod tests {
             "metadata": {"name": "p", "namespace": "web", "uid": "u"},
             "spec": {"containers": [{"name": "a", "image": "x"}]}}))
         .unwrap();
-        let created = reconcile_present(
-            &p,
-            &o,
-            &p.plan(&o, &HostState::default()),
-            live(None),
-            stamp(),
-        );
+        let created = decide(&p, &o, None);
         let mut host = landed(created.write.as_ref().unwrap());
         host["status"] = json!({"phase": "Running", "podIP": "10.0.0.9"});
-        let step = reconcile_present(
-            &p,
-            &o,
-            &p.plan(&o, &HostState::default()),
-            live(Some(&host)),
-            stamp(),
-        );
+        let step = decide(&p, &o, Some(&host));
         assert_eq!(step.write, None);
         assert_eq!(
             step.status_up,
@@ -793,13 +726,7 @@ mod tests {
             "metadata": {"name": "cfg", "namespace": "web",
                 "labels": {"tenantplane.io/tenant": "victim"}}}))
         .unwrap();
-        let step = reconcile_present(
-            &p,
-            &o,
-            &p.plan(&o, &HostState::default()),
-            live(None),
-            stamp(),
-        );
+        let step = decide(&p, &o, None);
         let Some(HostWrite::Create(v)) = &step.write else {
             panic!()
         };
@@ -814,13 +741,7 @@ mod tests {
     fn a_write_refused_by_its_precondition_is_recorded_as_not_applied() {
         let p = planner();
         let o = cm("a");
-        let create = reconcile_present(
-            &p,
-            &o,
-            &p.plan(&o, &HostState::default()),
-            live(None),
-            stamp(),
-        );
+        let create = decide(&p, &o, None);
         let d = superseded(&create.decision, "AlreadyExists (409)", stamp());
         assert_eq!(d.outcome, Outcome::Failed);
         assert_eq!(d.reason, "HostObjectChanged");
@@ -836,13 +757,7 @@ mod tests {
     fn a_content_refusal_waits_for_a_change_but_a_missing_service_account_is_retried() {
         let p = planner();
         let o = cm("a");
-        let create = reconcile_present(
-            &p,
-            &o,
-            &p.plan(&o, &HostState::default()),
-            live(None),
-            stamp(),
-        );
+        let create = decide(&p, &o, None);
         let d = refused_by_host(&create.decision, "violates PodSecurity", stamp());
         assert_eq!(
             (d.outcome, d.reason.as_str()),

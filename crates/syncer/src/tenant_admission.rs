@@ -325,16 +325,11 @@ async fn apply(
             Change {
                 target: r.clone(),
                 api,
-                verdict: Verdict {
-                    outcome: Outcome::Synced,
-                    action: if current.is_some() {
-                        HostAction::Update
-                    } else {
-                        HostAction::Create
-                    },
-                    field_path: String::new(),
-                    reason: "CompiledFromSyncPolicy",
-                    message: format!(
+                verdict: Verdict::applied(
+                    current.is_some(),
+                    String::new(),
+                    "CompiledFromSyncPolicy",
+                    format!(
                         "{} {} enforces rule {} of SyncPolicy {} (revision {}) at admission in \
                          the tenant control plane ({action})",
                         r.kind,
@@ -343,7 +338,7 @@ async fn apply(
                         source.policy,
                         source.revision
                     ),
-                },
+                ),
                 write: Write::Apply(applied),
                 cluster: TENANT,
             },
@@ -377,17 +372,14 @@ async fn apply(
                     name: name.clone(),
                 },
                 api,
-                verdict: Verdict {
-                    outcome: Outcome::Deleted,
-                    action: HostAction::Delete,
-                    field_path: String::new(),
-                    reason: "NoLongerCompiled",
-                    message: format!(
+                verdict: Verdict::pruned(
+                    String::new(),
+                    format!(
                         "SyncPolicy {} (revision {}) no longer compiles {kind} {name} for the \
                          tenant control plane: deleted",
                         source.policy, source.revision
                     ),
-                },
+                ),
                 write: Write::Delete(m.metadata.uid.clone()),
                 cluster: TENANT,
             },
