@@ -35,6 +35,7 @@ const PACKAGES: &[&str] = &[
     "api/events/v1",
     "api/admissionregistration/v1",
     "api/authorization/v1",
+    "api/authentication/v1",
     "apiextensions_apiserver/pkg/apis/apiextensions/v1",
 ];
 

@@ -101,9 +101,26 @@ impl ApiError {
         Self::new(400, "BadRequest", message)
     }
 
+    /// 401 Unauthorized, as kube-apiserver answers credentials that do not authenticate.
+    pub fn unauthorized() -> Self {
+        Self::new(401, "Unauthorized", "Unauthorized")
+    }
+
     /// 403 Forbidden.
     pub fn forbidden(message: impl Into<String>) -> Self {
         Self::new(403, "Forbidden", message)
+    }
+
+    /// 403 Forbidden for a named object of a resource, as admission refuses it (`pods "web"
+    /// is forbidden: WHY`).
+    pub fn forbidden_object(group: &str, resource: &str, name: &str, why: &str) -> Self {
+        let qualified = qualified_resource(group, resource);
+        Self::new(
+            403,
+            "Forbidden",
+            format!("{qualified} \"{name}\" is forbidden: {why}"),
+        )
+        .with_details(group, resource, name)
     }
 
     /// 404 NotFound for a named object of a resource (`pods "web" not found`).

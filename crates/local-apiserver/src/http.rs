@@ -3,7 +3,8 @@
 //! streams) mapped onto the [`Store`], and request parameters
 //! (selectors, paging, dry run, field manager, delete options) decoded the
 //! way a real API server reads them. Authentication is not checked: every
-//! request is accepted, as befits a local test server.
+//! request is accepted, as befits a local test server (only a SelfSubjectReview
+//! looks at its bearer token: `src/authentication.rs`).
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -19,6 +20,7 @@ use serde_json::{Value, json};
 use tokio::sync::{broadcast, mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 
+use crate::authentication;
 use crate::error::{ApiError, ApiResult};
 use crate::patch::PatchKind;
 use crate::protobuf;
@@ -30,6 +32,7 @@ use crate::selectors::{FieldSelector, LabelSelector};
 use crate::store::{
     Change, DeleteOptions, EventType, ListOptions, ListPage, Propagation, Store, WriteOptions,
 };
+use crate::tokens::{Issuer, TOKEN_REQUEST_API_VERSION};
 
 /// How often a watch that asked for bookmarks gets one.
 const BOOKMARK_INTERVAL: Duration = Duration::from_secs(5);
@@ -46,6 +49,8 @@ pub struct AppState {
     pub shutdown: watch::Receiver<bool>,
     /// Where resource requests are recorded, once recording is switched on.
     pub requests: Arc<crate::requests::RequestLog>,
+    /// Issues and authenticates service account tokens.
+    pub tokens: Arc<Issuer>,
 }
 
 /// Largest request body accepted, as on real API servers (3 MiB).
@@ -321,6 +326,18 @@ fn field_manager(query: &HashMap<String, String>, headers: &HeaderMap) -> String
 }
 
 fn decode_body(headers: &HeaderMap, body: &Bytes, rt: &ResourceType) -> ApiResult<Value> {
+    // Custom resources have no protobuf form, as on real servers.
+    let protobuf = (!rt.custom).then(|| (rt.api_version(), rt.kind.as_str()));
+    decode_body_of(headers, body, protobuf)
+}
+
+/// A request body in JSON, YAML or, when `protobuf` names the type it holds, Kubernetes
+/// protobuf.
+fn decode_body_of(
+    headers: &HeaderMap,
+    body: &Bytes,
+    protobuf: Option<(String, &str)>,
+) -> ApiResult<Value> {
     let content_type = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
@@ -330,10 +347,10 @@ fn decode_body(headers: &HeaderMap, body: &Bytes, rt: &ResourceType) -> ApiResul
         "application/json" | "" | "*/*" => serde_json::from_slice(body)
             .map_err(|e| ApiError::bad_request(format!("the request body is not valid JSON: {e}"))),
         "application/yaml" | "application/apply-patch+yaml" => decode_yaml(body),
-        // Custom resources have no protobuf form, as on real servers.
-        media if protobuf::is_protobuf(media) && !rt.custom => {
-            protobuf::decode(body, &rt.api_version(), &rt.kind)
-        }
+        media if protobuf::is_protobuf(media) => match protobuf {
+            Some((api_version, kind)) => protobuf::decode(body, &api_version, kind),
+            None => Err(ApiError::unsupported_media_type(content_type)),
+        },
         _ => Err(ApiError::unsupported_media_type(content_type)),
     }
 }
@@ -483,10 +500,28 @@ async fn serve_resource(
         }
         let review = decode_body(headers, body, &rt)?;
         let namespace = target.namespace.as_deref().unwrap_or_default();
-        return Ok(json_response(
-            StatusCode::CREATED,
-            &reviews::answer(&rt, namespace, review)?,
-        ));
+        let answered = if rt.group == crate::tokens::GROUP {
+            authentication::answer(&app.tokens, store, &rt, headers, review)?
+        } else {
+            reviews::answer(&rt, namespace, review)?
+        };
+        return Ok(json_response(StatusCode::CREATED, &answered));
+    }
+    if let (Some("token"), Some(name), Some(namespace)) = (
+        target.subresource.as_deref(),
+        target.name.as_deref(),
+        target.namespace.as_deref(),
+    ) && rt.issues_tokens()
+    {
+        if *method != Method::POST {
+            return Err(ApiError::method_not_allowed(
+                "the server does not allow this method on the requested resource",
+            ));
+        }
+        let protobuf = Some((TOKEN_REQUEST_API_VERSION.to_string(), "TokenRequest"));
+        let request = decode_body_of(headers, body, protobuf)?;
+        let answered = app.tokens.request(store, namespace, name, request)?;
+        return Ok(json_response(StatusCode::CREATED, &answered));
     }
     let status_only = match target.subresource.as_deref() {
         None => false,

@@ -6,8 +6,9 @@
 //! machines where no cluster can run, and so a newcomer can run the whole
 //! system without one. It is **not** a product component: tenantplane targets
 //! real clusters, and this server has no authentication (every request is
-//! accepted), no authorization, no admission webhooks (ValidatingAdmissionPolicies are
-//! enforced) and no kubelet.
+//! accepted; it issues service account tokens and reviews them, but does not ask
+//! for them), no authorization, no admission webhooks (ValidatingAdmissionPolicies
+//! and the ServiceAccount plugin are enforced) and no kubelet.
 //!
 //! What it serves and how faithfully is listed in the crate README; the
 //! semantics test suite in `tests/` runs the same assertions against this
@@ -28,6 +29,7 @@
 mod admission;
 mod aggregation;
 mod apply;
+mod authentication;
 mod cel_check;
 mod cel_cost;
 mod crd_structural;
@@ -44,9 +46,11 @@ mod protobuf;
 mod requests;
 mod resources;
 mod reviews;
+mod sa_admission;
 mod scale;
 mod selectors;
 mod store;
+mod tokens;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -57,8 +61,10 @@ use anyhow::Context as _;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+pub use authentication::ADMIN;
 pub use error::ApiError;
 pub use requests::RecordedRequest;
+pub use tokens::ISSUER;
 
 use crate::store::Store;
 
@@ -120,10 +126,12 @@ impl LocalApiServerBuilder {
         let addr = listener.local_addr()?;
         let (shutdown_tx, shutdown_rx) = watch::channel(false);
         let requests = Arc::new(requests::RequestLog::default());
+        let tokens = Arc::new(tokens::Issuer::new()?);
         let app = http::router(http::AppState {
             store: store.clone(),
             shutdown: shutdown_rx.clone(),
             requests: requests.clone(),
+            tokens: tokens.clone(),
         });
         let mut serve_shutdown = shutdown_rx.clone();
         let serve = tokio::spawn(async move {
@@ -143,6 +151,7 @@ impl LocalApiServerBuilder {
         Ok(LocalApiServer {
             addr,
             requests,
+            tokens,
             shutdown: shutdown_tx,
             serve,
             persist,
@@ -186,6 +195,7 @@ fn write_snapshot(store: &Store, path: &Path) -> anyhow::Result<()> {
 pub struct LocalApiServer {
     addr: SocketAddr,
     requests: Arc<requests::RequestLog>,
+    tokens: Arc<tokens::Issuer>,
     shutdown: watch::Sender<bool>,
     serve: JoinHandle<anyhow::Result<()>>,
     persist: Option<JoinHandle<anyhow::Result<()>>>,
@@ -224,6 +234,14 @@ impl LocalApiServer {
     /// arrival order.
     pub fn recorded_requests(&self) -> Vec<RecordedRequest> {
         self.requests.snapshot()
+    }
+
+    /// Moves this server's clock for service account tokens forward by `by`: tokens issued
+    /// before then are checked as if that time had passed (they expire), and tokens issued
+    /// after carry the later times. For tests of expiry, which kube-apiserver's ten-minute
+    /// minimum token life would otherwise make wait; nothing else sees this clock.
+    pub fn advance_token_clock(&self, by: Duration) {
+        self.tokens.advance_clock(by);
     }
 
     /// A kubeconfig (YAML) whose current context, named `context_name`,

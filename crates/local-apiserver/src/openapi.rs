@@ -23,8 +23,8 @@ use std::sync::{Arc, LazyLock, OnceLock};
 use axum::body::Bytes;
 use k8s_openapi::Resource;
 use k8s_openapi::api::{
-    admissionregistration, apps, authorization, autoscaling, batch, coordination, core, discovery,
-    events, networking, node, policy, rbac,
+    admissionregistration, apps, authentication, authorization, autoscaling, batch, coordination,
+    core, discovery, events, networking, node, policy, rbac,
 };
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{DeleteOptions, ObjectMeta};
@@ -102,6 +102,8 @@ static BUILTIN_SCHEMAS: &[BuiltinSchema] = &builtin_schemas![
     authorization::v1::SelfSubjectRulesReview,
     authorization::v1::SubjectAccessReview,
     authorization::v1::LocalSubjectAccessReview,
+    authentication::v1::TokenReview,
+    authentication::v1::SelfSubjectReview,
     apiextensions::v1::CustomResourceDefinition,
 ];
 
@@ -175,7 +177,7 @@ static BUILTIN_DOCUMENTS: LazyLock<HashMap<GroupVersion, Arc<Document>>> = LazyL
 });
 
 /// The schemas of every built-in kind, of the types they use and of the other types the
-/// server reads (DeleteOptions, Scale), keyed by definition name (`io.k8s.api.core.v1.Volume`):
+/// server reads (DeleteOptions, Scale, TokenRequest), keyed by definition name (`io.k8s.api.core.v1.Volume`):
 /// what `src/protobuf.rs` derives Go's JSON rules from. Built once per process.
 pub(crate) fn builtin_definitions() -> &'static Map<String, Value> {
     static DEFINITIONS: LazyLock<Map<String, Value>> = LazyLock::new(|| {
@@ -185,6 +187,7 @@ pub(crate) fn builtin_definitions() -> &'static Map<String, Value> {
         }
         generator.subschema_for::<DeleteOptions>();
         generator.subschema_for::<autoscaling::v1::Scale>();
+        generator.subschema_for::<authentication::v1::TokenRequest>();
         generator.take_definitions(true)
     });
     &DEFINITIONS

@@ -12,13 +12,14 @@ use crate::error::Cause;
 
 const UPDATABLE: &str = "`spec.containers[*].image`,`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,`spec.tolerations` (only additions to existing tolerations),`spec.terminationGracePeriodSeconds` (allow it to be set to 1 if it was previously negative)";
 
-/// Spec fields this server defaults on create (see the store's defaults).
-const DEFAULTED: [&str; 6] = [
+/// Spec fields this server defaults on create (see the store's defaults and `sa_admission`).
+const DEFAULTED: [&str; 7] = [
     "restartPolicy",
     "dnsPolicy",
     "schedulerName",
     "terminationGracePeriodSeconds",
     "serviceAccountName",
+    "serviceAccount",
     "securityContext",
 ];
 

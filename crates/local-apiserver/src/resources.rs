@@ -94,16 +94,55 @@ impl ResourceType {
 
     /// The verbs discovery lists: reviews are create-only.
     fn verbs(&self) -> &'static [&'static str] {
-        if self.group == REVIEW_GROUP && !self.custom {
+        if self.is_review() {
             &["create"]
         } else {
             &VERBS
         }
     }
 
-    /// Whether objects of this resource are answered, not stored (the authorization reviews).
+    /// Whether objects of this resource are answered, not stored (the authorization and
+    /// authentication reviews).
     pub fn is_review(&self) -> bool {
-        self.group == REVIEW_GROUP && !self.custom
+        [REVIEW_GROUP, crate::tokens::GROUP].contains(&self.group.as_str()) && !self.custom
+    }
+
+    /// Whether this is core/v1 ServiceAccounts, whose `token` subresource issues tokens.
+    pub fn issues_tokens(&self) -> bool {
+        self.group.is_empty() && self.plural == "serviceaccounts"
+    }
+
+    /// The subresources discovery lists: `status`, `scale` and `token` where served.
+    fn subresources(&self) -> Vec<Subresource> {
+        let mut subresources = Vec::new();
+        if self.has_status {
+            subresources.push(Subresource {
+                name: "status",
+                group: self.group.clone(),
+                version: self.version.clone(),
+                kind: self.kind.clone(),
+                verbs: &["get", "patch", "update"],
+            });
+        }
+        if crate::scale::has_scale(self) {
+            subresources.push(Subresource {
+                name: "scale",
+                group: "autoscaling".into(),
+                version: "v1".into(),
+                kind: "Scale".into(),
+                verbs: &["get", "patch", "update"],
+            });
+        }
+        if self.issues_tokens() {
+            subresources.push(Subresource {
+                name: "token",
+                group: crate::tokens::GROUP.into(),
+                version: "v1".into(),
+                kind: "TokenRequest".into(),
+                verbs: &["create"],
+            });
+        }
+        subresources
     }
 
     fn discovery_entries(&self) -> Vec<Value> {
@@ -118,28 +157,32 @@ impl ResourceType {
         if let Some(categories) = self.categories() {
             entries[0]["categories"] = json!(categories);
         }
-        if self.has_status {
-            entries.push(json!({
-                "name": format!("{}/status", self.plural),
+        for sub in self.subresources() {
+            let mut entry = json!({
+                "name": format!("{}/{}", self.plural, sub.name),
                 "singularName": "",
                 "namespaced": self.namespaced,
-                "kind": self.kind,
-                "verbs": ["get", "patch", "update"],
-            }));
-        }
-        if crate::scale::has_scale(self) {
-            entries.push(json!({
-                "name": format!("{}/scale", self.plural),
-                "singularName": "",
-                "namespaced": self.namespaced,
-                "group": "autoscaling",
-                "version": "v1",
-                "kind": "Scale",
-                "verbs": ["get", "patch", "update"],
-            }));
+                "kind": sub.kind,
+                "verbs": sub.verbs,
+            });
+            // Legacy discovery names the group version only where it is not the resource's.
+            if sub.group != self.group || sub.version != self.version {
+                entry["group"] = json!(sub.group);
+                entry["version"] = json!(sub.version);
+            }
+            entries.push(entry);
         }
         entries
     }
+}
+
+/// One subresource as discovery lists it, with the kind it answers with.
+struct Subresource {
+    name: &'static str,
+    group: String,
+    version: String,
+    kind: String,
+    verbs: &'static [&'static str],
 }
 
 /// (group, version, plural, singular, kind, namespaced, short names, status subresource)
@@ -487,6 +530,27 @@ const BUILTINS: &[BuiltinRow] = &[
         "localsubjectaccessreview",
         "LocalSubjectAccessReview",
         true,
+        &[],
+        false,
+    ),
+    // Create-only authentication reviews, answered and never stored (src/authentication.rs).
+    (
+        crate::tokens::GROUP,
+        "v1",
+        "tokenreviews",
+        "tokenreview",
+        "TokenReview",
+        false,
+        &[],
+        false,
+    ),
+    (
+        crate::tokens::GROUP,
+        "v1",
+        "selfsubjectreviews",
+        "selfsubjectreview",
+        "SelfSubjectReview",
+        false,
         &[],
         false,
     ),
@@ -860,21 +924,17 @@ impl ResourceType {
         if let Some(categories) = self.categories() {
             entry["categories"] = json!(categories);
         }
-        let mut subresources = Vec::new();
-        if self.has_status {
-            subresources.push(json!({
-                "subresource": "status",
-                "responseKind": response_kind,
-                "verbs": ["get", "patch", "update"],
-            }));
-        }
-        if crate::scale::has_scale(self) {
-            subresources.push(json!({
-                "subresource": "scale",
-                "responseKind": {"group": "autoscaling", "version": "v1", "kind": "Scale"},
-                "verbs": ["get", "patch", "update"],
-            }));
-        }
+        let subresources: Vec<Value> = self
+            .subresources()
+            .into_iter()
+            .map(|sub| {
+                json!({
+                    "subresource": sub.name,
+                    "responseKind": {"group": sub.group, "version": sub.version, "kind": sub.kind},
+                    "verbs": sub.verbs,
+                })
+            })
+            .collect();
         if !subresources.is_empty() {
             entry["subresources"] = json!(subresources);
         }

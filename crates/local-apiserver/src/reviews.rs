@@ -8,6 +8,7 @@ use serde_json::{Value, json};
 
 use crate::error::{ApiError, ApiResult};
 use crate::resources::ResourceType;
+use crate::store::check_type_meta;
 
 /// What every access review answers in `status.reason`.
 pub const REASON: &str =
@@ -22,16 +23,7 @@ pub fn answer(rt: &ResourceType, namespace: &str, mut review: Value) -> ApiResul
         .to_string();
     let invalid =
         |field: &str, message: &str| ApiError::invalid(&rt.group, &rt.kind, &name, field, message);
-    for (field, expected) in [("apiVersion", rt.api_version()), ("kind", rt.kind.clone())] {
-        match review.get(field).and_then(Value::as_str) {
-            Some(found) if found != expected => {
-                return Err(ApiError::bad_request(format!(
-                    "the {field} in the data ({found}) does not match the expected {field} ({expected})"
-                )));
-            }
-            _ => {}
-        }
-    }
+    check_type_meta(&review, &rt.api_version(), &rt.kind)?;
     let Some(object) = review.as_object_mut() else {
         return Err(ApiError::bad_request("the body must be a JSON object"));
     };

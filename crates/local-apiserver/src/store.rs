@@ -208,6 +208,24 @@ fn meta_mut(object: &mut Value) -> &mut Map<String, Value> {
     }
 }
 
+/// Refuses a body whose `apiVersion` or `kind`, when given, is not the one expected.
+pub fn check_type_meta(body: &Value, api_version: &str, kind: &str) -> ApiResult<()> {
+    match body.get("apiVersion").and_then(Value::as_str) {
+        Some(v) if v != api_version => {
+            return Err(ApiError::bad_request(format!(
+                "the API version in the data ({v}) does not match the expected API version ({api_version})"
+            )));
+        }
+        _ => {}
+    }
+    match body.get("kind").and_then(Value::as_str) {
+        Some(k) if k != kind => Err(ApiError::bad_request(format!(
+            "the kind in the data ({k}) does not match the expected kind ({kind})"
+        ))),
+        _ => Ok(()),
+    }
+}
+
 fn finalizers(object: &Value) -> Vec<String> {
     object
         .pointer("/metadata/finalizers")
@@ -726,24 +744,7 @@ impl Store {
         if !body.is_object() {
             return Err(ApiError::bad_request("the body must be a JSON object"));
         }
-        match body.get("apiVersion").and_then(Value::as_str) {
-            Some(v) if v != rt.api_version() => {
-                return Err(ApiError::bad_request(format!(
-                    "the API version in the data ({v}) does not match the expected API version ({})",
-                    rt.api_version()
-                )));
-            }
-            _ => {}
-        }
-        match body.get("kind").and_then(Value::as_str) {
-            Some(k) if k != rt.kind => {
-                return Err(ApiError::bad_request(format!(
-                    "the kind in the data ({k}) does not match the expected kind ({})",
-                    rt.kind
-                )));
-            }
-            _ => {}
-        }
+        check_type_meta(body, &rt.api_version(), &rt.kind)?;
         body["apiVersion"] = json!(rt.api_version());
         body["kind"] = json!(rt.kind);
         Ok(())
@@ -785,8 +786,13 @@ impl Store {
             .get("generateName")
             .and_then(Value::as_str)
             .map(str::to_string);
-        let name = match meta.get("name").and_then(Value::as_str) {
-            Some(n) if !n.is_empty() => n.to_string(),
+        let requested_name = meta
+            .get("name")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string();
+        let name = match requested_name.as_str() {
+            n if !n.is_empty() => n.to_string(),
             _ => match generate_name.as_deref() {
                 Some(prefix) if !prefix.is_empty() => crate::names::generate(prefix),
                 _ => String::new(),
@@ -825,6 +831,11 @@ impl Store {
         ] {
             meta.remove(server_owned);
         }
+        // Admission names an object by its generateName until a name is generated.
+        let admission_name = match generate_name.as_deref() {
+            Some(prefix) if requested_name.is_empty() => prefix,
+            _ => name.as_str(),
+        };
         let name_causes = crate::names::create_causes(rt, &name, generate_name.as_deref());
         if crate::events::is_event(rt) {
             crate::events::check_micro_times(rt, &body)?;
@@ -847,10 +858,14 @@ impl Store {
             match state.namespace_object(namespace) {
                 None => return Err(ApiError::not_found("", "namespaces", namespace)),
                 Some(ns) if ns.pointer("/metadata/deletionTimestamp").is_some() => {
-                    return Err(ApiError::forbidden(format!(
-                        "{} \"{name}\" is forbidden: unable to create new content in namespace {namespace} because it is being terminated",
-                        rt.plural
-                    )));
+                    return Err(ApiError::forbidden_object(
+                        &rt.group,
+                        &rt.plural,
+                        admission_name,
+                        &format!(
+                            "unable to create new content in namespace {namespace} because it is being terminated"
+                        ),
+                    ));
                 }
                 Some(_) => {}
             }
@@ -859,6 +874,15 @@ impl Store {
             return Err(ApiError::already_exists(&rt.group, &rt.plural, &name));
         }
         self.apply_defaults(state, rt, &mut body, dry_run)?;
+        if rt.group.is_empty() && rt.kind == "Pod" {
+            let service_accounts = StorageKey {
+                group: String::new(),
+                plural: "serviceaccounts".into(),
+            };
+            crate::sa_admission::admit(&mut body, namespace, admission_name, |sa| {
+                state.lookup(&service_accounts, namespace, sa)
+            })?;
+        }
         state.admit(&admission::Request {
             rt,
             operation: "CREATE",
@@ -940,7 +964,6 @@ impl Store {
                     ("dnsPolicy", json!("ClusterFirst")),
                     ("schedulerName", json!("default-scheduler")),
                     ("terminationGracePeriodSeconds", json!(30)),
-                    ("serviceAccountName", json!("default")),
                     ("securityContext", json!({})),
                 ] {
                     spec.entry(field).or_insert(value);

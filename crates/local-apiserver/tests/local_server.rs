@@ -5,14 +5,16 @@
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
+use std::time::Duration;
 
 use futures::{StreamExt, TryStreamExt};
-use k8s_openapi::api::core::v1::{ConfigMap, Service};
+use k8s_openapi::api::authentication::v1::{SelfSubjectReview, TokenReview, TokenReviewStatus};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service, ServiceAccount};
 use kube::api::{ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::config::{AuthInfo, KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client, Config, ResourceExt};
-use serde_json::json;
-use tenantplane_local_apiserver::LocalApiServer;
+use serde_json::{Value, json};
+use tenantplane_local_apiserver::{ADMIN, ISSUER, LocalApiServer};
 
 fn config_map(name: &str, value: &str) -> ConfigMap {
     serde_json::from_value(json!({"metadata": {"name": name}, "data": {"k": value}}))
@@ -299,4 +301,150 @@ async fn recorded_requests_carry_the_authorization_checks_and_the_impersonated_u
         ]
     );
     server.shutdown().await.expect("shutdown");
+}
+
+/// A client of `server` whose only credential is the bearer token `token`, if any.
+async fn client_with_token(server: &LocalApiServer, token: &str) -> Client {
+    let kubeconfig = Kubeconfig::from_yaml(&server.kubeconfig("token")).unwrap();
+    let mut config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .unwrap();
+    config.auth_info = AuthInfo {
+        token: Some(token.to_string().into()),
+        ..AuthInfo::default()
+    };
+    Client::try_from(config).unwrap()
+}
+
+async fn token_review(client: &Client, token: &str) -> TokenReviewStatus {
+    let reviews: Api<TokenReview> = Api::all(client.clone());
+    let review = serde_json::from_value(json!({"spec": {"token": token}})).unwrap();
+    reviews
+        .create(&PostParams::default(), &review)
+        .await
+        .unwrap()
+        .status
+        .unwrap()
+}
+
+async fn whoami(client: Client) -> Result<SelfSubjectReview, kube::Error> {
+    let reviews: Api<SelfSubjectReview> = Api::all(client);
+    let review = serde_json::from_value(json!({})).unwrap();
+    reviews.create(&PostParams::default(), &review).await
+}
+
+#[tokio::test]
+async fn tokens_expire_on_the_token_clock_and_do_not_outlive_the_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("state.json");
+    let server = LocalApiServer::builder()
+        .persist_to(&file)
+        .start()
+        .await
+        .unwrap();
+    let client = server.client().await.unwrap();
+    let pods: Api<Pod> = Api::default_namespaced(client.clone());
+    let pod = serde_json::from_value(json!({
+        "metadata": {"name": "web"},
+        "spec": {"containers": [{"name": "app", "image": "app:1"}]},
+    }))
+    .unwrap();
+    let pod = pods.create(&PostParams::default(), &pod).await.unwrap();
+    let accounts: Api<ServiceAccount> = Api::default_namespaced(client.clone());
+    let token = |spec: Value| {
+        let accounts = accounts.clone();
+        async move {
+            let request = serde_json::from_value(json!({"spec": spec})).unwrap();
+            accounts
+                .create_token_request("default", &PostParams::default(), &request)
+                .await
+                .unwrap()
+                .status
+                .unwrap()
+                .token
+        }
+    };
+    let short = token(json!({"expirationSeconds": 600})).await;
+    let kubelet = token(json!({
+        "expirationSeconds": 3607,
+        "boundObjectRef": {"kind": "Pod", "apiVersion": "v1", "name": "web", "uid": pod.uid()},
+    }))
+    .await;
+    let payload = short.split('.').nth(1).unwrap();
+    let claims: Value = serde_json::from_slice(
+        &data_encoding::BASE64URL_NOPAD
+            .decode(payload.as_bytes())
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        (claims["iss"].as_str(), &claims["aud"]),
+        (Some(ISSUER), &json!([ISSUER]))
+    );
+
+    let admin = whoami(client.clone())
+        .await
+        .unwrap()
+        .status
+        .unwrap()
+        .user_info
+        .unwrap();
+    assert_eq!(admin.username.as_deref(), Some(ADMIN));
+    assert_eq!(
+        admin.groups.unwrap(),
+        ["system:masters", "system:authenticated"]
+    );
+    assert!(
+        whoami(client_with_token(&server, &short).await)
+            .await
+            .is_ok()
+    );
+
+    // Still valid within go-jose's minute of leeway, expired after it; the kubelet's
+    // pod-bound token lives a year.
+    server.advance_token_clock(Duration::from_secs(600 + 59));
+    assert_eq!(
+        token_review(&client, &short).await.authenticated,
+        Some(true)
+    );
+    server.advance_token_clock(Duration::from_secs(2));
+    let expired = token_review(&client, &short).await;
+    assert_eq!(
+        (expired.authenticated, expired.error.as_deref()),
+        (None, Some("service account token has expired"))
+    );
+    match whoami(client_with_token(&server, &short).await).await {
+        Err(kube::Error::Api(status)) => {
+            assert_eq!(
+                (status.code, status.message.as_str()),
+                (401, "Unauthorized")
+            )
+        }
+        other => panic!("expected 401 Unauthorized, got {other:?}"),
+    }
+    assert_eq!(
+        token_review(&client, &kubelet).await.authenticated,
+        Some(true)
+    );
+    server.advance_token_clock(Duration::from_secs(365 * 24 * 3600));
+    assert_eq!(
+        token_review(&client, &kubelet).await.error.as_deref(),
+        Some("service account token has expired")
+    );
+    server.shutdown().await.unwrap();
+
+    // Never written down, and signed with a key that went with the server.
+    let snapshot = std::fs::read_to_string(&file).unwrap();
+    assert!(!snapshot.contains(&kubelet) && !snapshot.contains(payload));
+    let server = LocalApiServer::builder()
+        .persist_to(&file)
+        .start()
+        .await
+        .unwrap();
+    let client = server.client().await.unwrap();
+    assert_eq!(
+        token_review(&client, &kubelet).await.error.as_deref(),
+        Some("invalid signature, no keys found")
+    );
+    server.shutdown().await.unwrap();
 }
