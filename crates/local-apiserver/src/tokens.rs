@@ -62,8 +62,8 @@ const LEEWAY: TimeDelta = TimeDelta::seconds(60);
 /// go-jose's error for a signature that does not verify.
 const CRYPTO_FAILURE: &str = "go-jose/go-jose: error in cryptographic primitive";
 
-/// What the token authenticator says when no authenticator knows a token.
-pub const INVALID_BEARER_TOKEN: &str = "invalid bearer token";
+/// What kube-apiserver's bearer token authenticators say of a token none of them knows.
+const INVALID_BEARER_TOKEN: &str = "invalid bearer token";
 
 /// Issues and authenticates this server's tokens.
 #[derive(Debug)]
@@ -130,14 +130,16 @@ impl Named {
     }
 }
 
-/// Why a token does not authenticate.
+/// Why a token does not authenticate. Displayed as kube-apiserver's TokenReview says it: its
+/// authenticators' errors aggregated, where the loopback token authenticator that comes
+/// first knows no token and says [`INVALID_BEARER_TOKEN`].
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Refusal {
     /// Not a token of this issuer (not a JWT, or another `iss`): no authenticator knows it.
     #[error("{INVALID_BEARER_TOKEN}")]
     NotIssuedHere,
     /// A token of this issuer that does not authenticate, with kube-apiserver's reason.
-    #[error("{0}")]
+    #[error("[{INVALID_BEARER_TOKEN}, {0}]")]
     Invalid(String),
 }
 

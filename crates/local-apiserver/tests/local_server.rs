@@ -411,7 +411,10 @@ async fn tokens_expire_on_the_token_clock_and_do_not_outlive_the_server() {
     let expired = token_review(&client, &short).await;
     assert_eq!(
         (expired.authenticated, expired.error.as_deref()),
-        (None, Some("service account token has expired"))
+        (
+            None,
+            Some("[invalid bearer token, service account token has expired]")
+        )
     );
     match whoami(client_with_token(&server, &short).await).await {
         Err(kube::Error::Api(status)) => {
@@ -429,7 +432,7 @@ async fn tokens_expire_on_the_token_clock_and_do_not_outlive_the_server() {
     server.advance_token_clock(Duration::from_secs(365 * 24 * 3600));
     assert_eq!(
         token_review(&client, &kubelet).await.error.as_deref(),
-        Some("service account token has expired")
+        Some("[invalid bearer token, service account token has expired]")
     );
     server.shutdown().await.unwrap();
 
@@ -444,7 +447,7 @@ async fn tokens_expire_on_the_token_clock_and_do_not_outlive_the_server() {
     let client = server.client().await.unwrap();
     assert_eq!(
         token_review(&client, &kubelet).await.error.as_deref(),
-        Some("invalid signature, no keys found")
+        Some("[invalid bearer token, invalid signature, no keys found]")
     );
     server.shutdown().await.unwrap();
 }

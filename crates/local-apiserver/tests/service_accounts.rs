@@ -100,8 +100,11 @@ async fn review(target: &Target, token: &str, audiences: &[&str]) -> TokenReview
         .expect("an answered review")
 }
 
-/// Polls until the token's review fails with `error`.
-async fn eventually_refused(target: &Target, token: &str, error: &str) {
+/// Polls until the token's review fails with `reason` (after kube-apiserver's loopback
+/// authenticator's `invalid bearer token`).
+async fn eventually_refused(target: &Target, token: &str, reason: &str) {
+    let error = format!("[invalid bearer token, {reason}]");
+    let error = error.as_str();
     eventually(&format!("the token refused with {error:?}"), || async {
         let status = review(target, token, &[]).await;
         status.authenticated != Some(true) && status.error.as_deref() == Some(error)
@@ -322,7 +325,7 @@ async fn token_reviews_authenticate_until_the_bound_pod_goes() {
     assert_eq!(
         elsewhere.error.unwrap(),
         format!(
-            "token audiences {} is invalid for the target audiences [\"https://vault.example\"]",
+            "[invalid bearer token, token audiences {} is invalid for the target audiences [\"https://vault.example\"]]",
             go_quoted(&issued.spec.audiences)
         )
     );
