@@ -1230,6 +1230,17 @@ async fn a_lagging_host_watch_leads_to_exactly_one_create_and_one_delete_decisio
 
     let t = env.create_tenant("lag", None).await.unwrap();
     let ns = env.tenant_namespace("web").await.unwrap();
+    // The host refuses a pod whose ServiceAccount it does not have yet (ServiceAccount
+    // admission), which would be a Failed create, retried: not what this test is about.
+    host_object(
+        &env,
+        &t,
+        "v1",
+        "ServiceAccount",
+        &format!("default-x-{ns}"),
+        |_| true,
+    )
+    .await;
     let c = &env.tenant_cp.client;
     create(
         c,
