@@ -564,3 +564,57 @@ async fn pods_get_the_service_account_token_volume_as_kube_apiserver_adds_it() {
         .unwrap();
     target.cleanup(&ns).await;
 }
+
+#[tokio::test]
+async fn token_apis_are_in_discovery() {
+    let target = Target::start().await;
+    let get = |path: &'static str| {
+        let client = target.client.clone();
+        async move {
+            let request = axum::http::Request::get(path).body(Vec::new()).unwrap();
+            serde_json::from_str::<Value>(&client.request_text(request).await.unwrap()).unwrap()
+        }
+    };
+    let entry = |list: &Value, name: &str| {
+        list["resources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["name"] == name)
+            .cloned()
+            .unwrap_or_else(|| panic!("{name} is not listed"))
+    };
+    let core = get("/api/v1").await;
+    let token = entry(&core, "serviceaccounts/token");
+    assert_eq!(
+        (
+            &token["group"],
+            &token["version"],
+            &token["kind"],
+            &token["verbs"]
+        ),
+        (
+            &json!("authentication.k8s.io"),
+            &json!("v1"),
+            &json!("TokenRequest"),
+            &json!(["create"])
+        )
+    );
+    let authentication = get("/apis/authentication.k8s.io/v1").await;
+    for (name, kind) in [
+        ("tokenreviews", "TokenReview"),
+        ("selfsubjectreviews", "SelfSubjectReview"),
+    ] {
+        let resource = entry(&authentication, name);
+        assert_eq!(
+            (
+                &resource["kind"],
+                &resource["namespaced"],
+                &resource["verbs"]
+            ),
+            (&json!(kind), &json!(false), &json!(["create"]))
+        );
+    }
+    let ns = target.namespace().await;
+    target.cleanup(&ns).await;
+}
