@@ -12,6 +12,7 @@
 //! and the syncer all call these functions, so an offline prediction is the same computation the
 //! syncer performs against live clusters.
 
+pub mod boundary;
 pub mod collision;
 pub mod decision;
 pub mod documents;

@@ -436,37 +436,46 @@ fn conjunction(rule: &SyncRule) -> String {
 
 /// Why a condition cannot be enforced at admission, if it cannot.
 fn host_side_only_reason(name: &str, expression: &Expression) -> Result<(), String> {
-    let mut problem = None;
+    let mut status = false;
     walk(&expression.expr, &mut |expr| {
-        if problem.is_some() {
-            return;
-        }
-        match expr {
-            Expr::Select(s) if s.field == "status" && is_ident(&s.operand.expr, "object") => {
-                problem = Some(format!(
-                    "its condition {name} reads object.status, which the tenant's controllers \
-                     write after admission"
-                ));
-            }
-            Expr::Ident(id)
-                if [
-                    "oldObject",
-                    "request",
-                    "params",
-                    "namespaceObject",
-                    "authorizer",
-                    "variables",
-                ]
-                .contains(&id.as_str()) =>
-            {
-                problem = Some(format!(
-                    "its condition {name} reads {id}, which the host side does not have"
-                ));
-            }
-            _ => {}
+        status |= matches!(expr, Expr::Select(s)
+            if s.field == "status" && is_ident(&s.operand.expr, "object"));
+    });
+    if status {
+        return Err(format!(
+            "its condition {name} reads object.status, which the tenant's controllers write \
+             after admission"
+        ));
+    }
+    match admission_variable(expression) {
+        Some(id) => Err(format!(
+            "its condition {name} reads {id}, which the host side does not have"
+        )),
+        None => Ok(()),
+    }
+}
+
+/// The first admission variable other than `object` that an expression reads (`oldObject`,
+/// `request`, `params`, `namespaceObject`, `authorizer`, `variables`), if any.
+pub(crate) fn admission_variable(expression: &Expression) -> Option<String> {
+    let mut found = None;
+    walk(&expression.expr, &mut |expr| {
+        if let Expr::Ident(id) = expr
+            && found.is_none()
+            && [
+                "oldObject",
+                "request",
+                "params",
+                "namespaceObject",
+                "authorizer",
+                "variables",
+            ]
+            .contains(&id.as_str())
+        {
+            found = Some(id.to_string());
         }
     });
-    problem.map_or(Ok(()), Err)
+    found
 }
 
 fn is_ident(expr: &Expr, name: &str) -> bool {
