@@ -158,9 +158,14 @@ impl Boundary {
         })
     }
 
-    /// The profile's name.
-    pub fn profile(&self) -> &str {
-        &self.profile
+    /// The profile: its name and generation.
+    pub fn profile(&self) -> ProfileRef {
+        ProfileRef {
+            name: self.profile.clone(),
+            generation: self.generation,
+            field_path: String::new(),
+            rule: None,
+        }
     }
 
     /// The Pod Security level and version the host namespace enforces (none: privileged).
@@ -203,7 +208,7 @@ impl Boundary {
                     findings,
                 };
                 return Err(ProfileRefusal {
-                    profile: self.profile_ref(&enforced.fields, rule),
+                    profile: self.refusing(&enforced.fields, rule),
                     reason: POD_SECURITY_FORBIDDEN,
                     field_path,
                     host_message: refusal.message(name),
@@ -225,7 +230,7 @@ impl Boundary {
                     group => format!("{resource}.{group}"),
                 };
                 return Err(ProfileRefusal {
-                    profile: self.profile_ref(
+                    profile: self.refusing(
                         &p.fields,
                         format!("ValidatingAdmissionPolicy/{}", p.policy.name()),
                     ),
@@ -238,12 +243,12 @@ impl Boundary {
         Ok(())
     }
 
-    fn profile_ref(&self, fields: &str, rule: String) -> ProfileRef {
+    /// The profile, with the fields and the rule that refuse.
+    fn refusing(&self, fields: &str, rule: String) -> ProfileRef {
         ProfileRef {
-            name: self.profile.clone(),
-            generation: self.generation,
             field_path: fields.to_string(),
             rule: Some(rule),
+            ..self.profile()
         }
     }
 }

@@ -273,6 +273,7 @@ impl Source {
                 name: self.profile.clone(),
                 generation: self.generation,
                 field_path: verdict.field_path.clone(),
+                rule: None,
             }),
             reason: verdict.reason.into(),
             message: verdict.message.clone(),
