@@ -78,6 +78,59 @@ fn dangerous_security_contexts_are_rejected_in_any_container_list() {
 }
 
 #[test]
+fn git_repo_volumes_cloud_identities_and_ingress_snippets_are_rejected() {
+    let c = json!([{"name": "app", "image": "nginx"}]);
+    rejected_by(
+        &pod(json!({"containers": c, "volumes": [
+            {"name": "src", "gitRepo": {"repository": "https://example.com/x.git"}}]})),
+        "no-git-repo-volumes",
+        "spec.volumes[].gitRepo",
+    );
+    let policy = CompiledPolicy::builtin_default();
+    assert!(
+        policy
+            .evaluate(&pod(json!({"containers": c, "volumes": [
+                {"name": "src", "gitRepo": {"repository": "x"}}]})))
+            .message
+            .contains("CVE-2024-10220")
+    );
+    for annotation in [
+        "eks.amazonaws.com/role-arn",
+        "iam.gke.io/gcp-service-account",
+        "azure.workload.identity/client-id",
+    ] {
+        let account =
+            TenantObject::from_value(json!({"apiVersion": "v1", "kind": "ServiceAccount",
+            "metadata": {"name": "app", "namespace": "team", "annotations": {annotation: "x"}}}))
+            .unwrap();
+        rejected_by(&account, "no-cloud-identity", "metadata.annotations");
+    }
+    let ingress = |annotation: &str| {
+        TenantObject::from_value(
+            json!({"apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
+            "metadata": {"name": "web", "namespace": "team", "annotations": {annotation: "x"}},
+            "spec": {"rules": []}}),
+        )
+        .unwrap()
+    };
+    rejected_by(
+        &ingress("nginx.ingress.kubernetes.io/configuration-snippet"),
+        "no-ingress-snippets",
+        "metadata.annotations",
+    );
+    assert_eq!(
+        policy
+            .evaluate(&ingress("nginx.ingress.kubernetes.io/rewrite-target"))
+            .action,
+        SyncAction::Sync
+    );
+    let plain = TenantObject::from_value(json!({"apiVersion": "v1", "kind": "ServiceAccount",
+        "metadata": {"name": "app", "namespace": "team", "annotations": {"team": "a"}}}))
+    .unwrap();
+    assert_eq!(policy.evaluate(&plain).action, SyncAction::Sync);
+}
+
+#[test]
 fn node_port_and_load_balancer_services_are_rejected_cluster_ip_synced() {
     let svc = |t: &str| {
         TenantObject::from_value(json!({"apiVersion": "v1", "kind": "Service",

@@ -15,8 +15,9 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use serde::Serialize;
-use tenantplane_api::Tenant;
+use tenantplane_api::{IsolationProfile, Tenant};
 use tenantplane_client::{ClientConfig, PlannerClient};
+use tenantplane_core::boundary::Boundary;
 use tenantplane_core::collision::HostObjectMeta;
 use tenantplane_core::decision::Stamp;
 use tenantplane_core::documents::Origin;
@@ -46,6 +47,13 @@ pub struct Args {
     /// The SyncPolicy (YAML or JSON). Default: the built-in `tenantplane-default` policy.
     #[arg(long, value_name = "FILE")]
     pub policy: Option<PathBuf>,
+
+    /// The Tenant's IsolationProfile (YAML or JSON): what the host's admission refuses under it
+    /// (Pod Security, its admission policies) is predicted Rejected. Default: the one the Tenant
+    /// names (spec.isolationProfileRef), found among the --host documents or read with
+    /// --host-kubeconfig.
+    #[arg(long, value_name = "FILE")]
+    pub profile: Option<PathBuf>,
 
     /// Current host objects (files or directories), to predict collisions at the target names.
     #[arg(long = "host", value_name = "PATH")]
@@ -145,11 +153,18 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         _ => CompiledPolicy::builtin_default(),
     };
     let admission = policy.tenant_admission(tenant.metadata.name.as_deref().unwrap_or_default());
-    let planner = Planner::new(&tenant, policy);
     let mut documents = input::read_documents(&args.inputs)?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
+    let profile = runtime.block_on(profile_in_force(args, &tenant))?;
+    let planner = match &profile {
+        Some((source, profile)) => Planner::new(&tenant, policy).with_boundary(
+            Boundary::compile(&tenant, profile)
+                .with_context(|| format!("IsolationProfile {source}"))?,
+        ),
+        None => Planner::new(&tenant, policy),
+    };
     let mut kinds = kind_scopes::kinds_of(&documents);
     // The reference check looks at what each reference resolves to on the host, whatever kinds
     // the inputs are (a Pod naming a ServiceAccount when no ServiceAccount is among them). They
@@ -184,7 +199,13 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         Some(address) => runtime.block_on(explain_remote(
             address,
             &tenant,
-            policy_text.as_deref(),
+            (
+                policy_text.as_deref(),
+                profile
+                    .map(|(_, p)| serde_json::to_string(&p))
+                    .transpose()?
+                    .as_deref(),
+            ),
             &watches,
             &host,
             objects,
@@ -306,7 +327,7 @@ pub fn explain(
 async fn explain_remote(
     address: &str,
     tenant: &Tenant,
-    policy: Option<&str>,
+    (policy, profile): (Option<&str>, Option<&str>),
     watches: &Watches<'_>,
     host: &HostState,
     objects: Vec<ObjectInput>,
@@ -328,7 +349,7 @@ async fn explain_remote(
         .collect();
     let host: Vec<HostObjectMeta> = host.iter().cloned().collect();
     let planned = client
-        .plan(tenant, policy, &valid, &host)
+        .plan(tenant, policy, profile, &valid, &host)
         .await
         .with_context(|| format!("planning on the planner at {address}"))?;
     let mut planned = planned.into_iter().map(|p| Planned {
@@ -380,6 +401,55 @@ fn assemble<'a>(
             explained
         })
         .collect()
+}
+
+/// The IsolationProfile the objects are planned under, with where it was read: `--profile`, or
+/// the one the Tenant names, among the `--host` documents or from `--host-kubeconfig`. A profile
+/// the Tenant names that is found neither way is reported, and the objects are planned without
+/// it.
+async fn profile_in_force(
+    args: &Args,
+    tenant: &Tenant,
+) -> anyhow::Result<Option<(String, IsolationProfile)>> {
+    if let Some(path) = &args.profile {
+        let document: serde_json::Value = input::read_resource(path)?;
+        let profile = tenantplane_isolation::decode(&document)
+            .with_context(|| format!("{} is not a valid IsolationProfile", path.display()))?;
+        return Ok(Some((path.display().to_string(), profile)));
+    }
+    let Some(name) = &tenant.spec.isolation_profile_ref else {
+        return Ok(None);
+    };
+    let found = match &args.host_kubeconfig {
+        Some(kubeconfig) => {
+            host_cluster::read_profile(kubeconfig, args.host_context.as_deref(), name)
+                .await?
+                .map(|p| (format!("{name} of the host cluster"), p))
+        }
+        None => input::read_documents(&args.host)?
+            .into_iter()
+            .filter_map(|(origin, document)| Some((origin, document.ok()?)))
+            .find(|(_, d)| d["kind"] == "IsolationProfile" && d["metadata"]["name"] == *name)
+            .map(|(origin, d)| {
+                let profile = tenantplane_isolation::decode(&d)
+                    .with_context(|| format!("{origin} is not a valid IsolationProfile"))?;
+                anyhow::Ok((format!("{name} ({origin})"), profile))
+            })
+            .transpose()?,
+    };
+    if found.is_none() {
+        eprintln!(
+            "warning: Tenant {} names IsolationProfile {name}, which is not {}: predicting \
+             without it (what the host's admission refuses under it shows up as HostRefused); \
+             give it with --profile",
+            tenant.name(),
+            match &args.host_kubeconfig {
+                Some(_) => "in the host cluster",
+                None => "among the --host documents",
+            }
+        );
+    }
+    Ok(found)
 }
 
 fn default_tenant() -> Tenant {
@@ -497,12 +567,17 @@ pub fn write_table(out: &mut impl Write, results: &[Explained]) -> std::io::Resu
                 }
                 table.cell(format_args!("{}", d.action.as_str()));
                 table.cell(format_args!("{}", d.outcome));
-                match &d.policy {
-                    Some(policy) => match &policy.rule {
+                match (&d.profile, &d.policy) {
+                    (Some(profile), _) if profile.rule.is_some() => table.cell(format_args!(
+                        "{}/{}",
+                        profile.name,
+                        profile.rule.as_deref().unwrap_or_default()
+                    )),
+                    (_, Some(policy)) => match &policy.rule {
                         Some(rule) => table.cell(format_args!("{}/{rule}", policy.name)),
                         None => table.cell(format_args!("{}/(default)", policy.name)),
                     },
-                    None => table.cell(format_args!("-")),
+                    (_, None) => table.cell(format_args!("-")),
                 }
                 match d.stripped_keys.len() {
                     0 => table.cell(format_args!("{}", d.reason)),

@@ -580,9 +580,9 @@ mod tests {
     fn every_reject_rule_of_the_default_policy_becomes_a_policy_and_binding_with_provenance() {
         let compiled = CompiledPolicy::builtin_default();
         let a = compiled.tenant_admission("acme");
-        assert_eq!(a.rules.len(), 10);
+        assert_eq!(a.rules.len(), 13);
         assert!(a.rules.iter().all(|r| r.admission_policy.is_some()));
-        assert_eq!(a.objects.len(), 20);
+        assert_eq!(a.objects.len(), 26);
         let vap = find(
             &a,
             "ValidatingAdmissionPolicy",
