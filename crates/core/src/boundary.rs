@@ -192,7 +192,7 @@ impl Boundary {
         let pod = group.is_empty() && kind == "Pod";
         let mut stored = object.clone();
         if pod {
-            as_the_host_stores_a_pod(&mut stored, action == HostAction::Create);
+            complete_pod(&mut stored, action == HostAction::Create);
         }
         if let Some(enforced) = self
             .pod_security
@@ -268,8 +268,9 @@ fn string_map(value: &Value) -> BTreeMap<String, String> {
 /// Completes a pod as kube-apiserver does before admission, in what admission reads: each
 /// container's `imagePullPolicy` (`Always` for an image tagged `latest` or not tagged,
 /// `IfNotPresent` otherwise), the host ports of a `hostNetwork` pod (its container ports), and,
-/// on create, the container AppArmor profiles of the annotations Kubernetes before 1.30 used.
-fn as_the_host_stores_a_pod(pod: &mut Value, create: bool) {
+/// on create, the container AppArmor profiles of the annotations Kubernetes before 1.30 used
+/// (unless the pod-level profile is the same).
+pub fn complete_pod(pod: &mut Value, create: bool) {
     let annotations = string_map(&pod["metadata"]["annotations"]);
     let Some(spec) = pod.get_mut("spec").and_then(Value::as_object_mut) else {
         return;
