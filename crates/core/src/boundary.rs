@@ -47,6 +47,8 @@ pub struct Boundary {
     generation: i64,
     /// The host namespace's labels, `kubernetes.io/metadata.name` included.
     namespace_labels: BTreeMap<String, String>,
+    /// The profile fields that set its Pod Security labels.
+    pod_security_fields: String,
     pod_security: Option<Enforced>,
     /// In binding name order, the order kube-apiserver evaluates them in.
     policies: Vec<ProfilePolicy>,
@@ -62,6 +64,8 @@ struct Enforced {
 #[derive(Debug)]
 struct ProfilePolicy {
     policy: AdmissionPolicy,
+    /// The compiled ValidatingAdmissionPolicy and its binding.
+    objects: [Value; 2],
     /// The profile fields that produced it.
     fields: String,
     /// The field of the objects it refuses.
@@ -106,6 +110,7 @@ impl Boundary {
         let mut namespace_labels =
             BTreeMap::from([(METADATA_NAME.to_string(), host_namespace.to_string())]);
         let mut pod_security = None;
+        let mut pod_security_fields = String::new();
         let mut policies = Vec::new();
         let (mut profile, mut generation) = (String::new(), 0);
         for compiled in &compilation.objects {
@@ -116,6 +121,7 @@ impl Boundary {
             match object["kind"].as_str() {
                 Some("Namespace") => {
                     namespace_labels.extend(string_map(&object["metadata"]["labels"]));
+                    pod_security_fields.clone_from(&fields);
                     let level = LevelVersion::enforced_by_labels(&namespace_labels);
                     pod_security =
                         (level.level != Level::Privileged).then_some(Enforced { level, fields });
@@ -141,6 +147,7 @@ impl Boundary {
                     };
                     policies.push(ProfilePolicy {
                         policy,
+                        objects: [object.clone(), binding.object.clone()],
                         fields,
                         refused_field: provenance.refused_field.clone().unwrap_or_default(),
                     });
@@ -153,6 +160,7 @@ impl Boundary {
             profile,
             generation,
             namespace_labels,
+            pod_security_fields,
             pod_security,
             policies,
         })
@@ -171,6 +179,26 @@ impl Boundary {
     /// The Pod Security level and version the host namespace enforces (none: privileged).
     pub fn pod_security(&self) -> Option<LevelVersion> {
         self.pod_security.as_ref().map(|e| e.level)
+    }
+
+    /// The host namespace's Pod Security labels (`pod-security.kubernetes.io/*`), and the profile
+    /// fields that set them.
+    pub fn pod_security_labels(&self) -> (BTreeMap<String, String>, &str) {
+        let labels = self
+            .namespace_labels
+            .iter()
+            .filter(|(k, _)| k.starts_with(POD_SECURITY_LABEL_PREFIX))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        (labels, &self.pod_security_fields)
+    }
+
+    /// The admission policies the host evaluates (each a ValidatingAdmissionPolicy and its
+    /// binding, as compiled), with the profile fields that produced each, in evaluation order.
+    pub fn admission_policies(&self) -> impl Iterator<Item = (&[Value; 2], &str)> {
+        self.policies
+            .iter()
+            .map(|p| (&p.objects, p.fields.as_str()))
     }
 
     /// Whether the host admits `object` (a host object, as translated) when `action` writes it;
@@ -255,6 +283,9 @@ impl Boundary {
 
 /// The label every namespace carries with its own name.
 const METADATA_NAME: &str = "kubernetes.io/metadata.name";
+
+/// The prefix of the Pod Security labels of a namespace.
+const POD_SECURITY_LABEL_PREFIX: &str = "pod-security.kubernetes.io/";
 
 fn string_map(value: &Value) -> BTreeMap<String, String> {
     value

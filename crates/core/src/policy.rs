@@ -23,7 +23,9 @@ mod admission;
 mod direct;
 pub mod validating;
 
-pub use admission::{AtApply, RuleAdmission, TenantAdmission};
+pub use admission::{
+    AtApply, EXEMPT_NAMESPACES, RuleAdmission, TenantAdmission, TenantIsolation, TenantPolicy,
+};
 
 /// The policy tenantplane ships: rejects the host-escape classics and syncs the usual kinds.
 pub const DEFAULT_POLICY_YAML: &str = include_str!("policy/default.yaml");

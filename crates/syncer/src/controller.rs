@@ -494,12 +494,16 @@ async fn apply(tenant: &Tenant, ctx: &Context) -> Result<Action, Error> {
     };
     record_discovery(tenant, &compiled, &ledger, &host_side_recorder, &discovered).await?;
     let admission_source = tenant_admission::Source::new(tenant, policy.as_ref(), &compiled);
+    let mut admission = compiled.tenant_admission(&name);
+    if let Some((_, boundary)) = &profile {
+        admission = admission.with_isolation(&name, boundary);
+    }
     tenant_admission::reconcile(
         &client,
         &host_side_recorder,
         &ledger,
         &admission_source,
-        &compiled,
+        &admission,
     )
     .await;
     let requeue = if discovered.unavailable.is_empty() {
@@ -531,7 +535,13 @@ async fn apply(tenant: &Tenant, ctx: &Context) -> Result<Action, Error> {
     }
     if running.get(&name).map(|r| r.fingerprint.as_str()) != Some(fingerprint.as_str()) {
         running.remove(&name);
-        let runtime = tenant::start(
+        let labels = tenant_admission::keep_namespace_labels(
+            client.clone(),
+            host_side_recorder.clone(),
+            admission_source,
+            admission.isolation,
+        );
+        let mut runtime = tenant::start(
             ctx.shared.clone(),
             tenant.clone(),
             (policy_text, compiled),
@@ -541,6 +551,7 @@ async fn apply(tenant: &Tenant, ctx: &Context) -> Result<Action, Error> {
             ledger,
         )
         .await?;
+        runtime.adopt(tokio::spawn(labels));
         tracing::info!(tenant = %name, kinds = ?runtime.kinds, "tenant runtime started");
         ctx.shared.metrics.serving(&name, true);
         running.insert(

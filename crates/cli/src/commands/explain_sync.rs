@@ -152,7 +152,8 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
             .with_context(|| format!("SyncPolicy {}", path.display()))?,
         _ => CompiledPolicy::builtin_default(),
     };
-    let admission = policy.tenant_admission(tenant.metadata.name.as_deref().unwrap_or_default());
+    let name = tenant.metadata.name.clone().unwrap_or_default();
+    let mut admission = policy.tenant_admission(&name);
     let mut documents = input::read_documents(&args.inputs)?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -165,6 +166,9 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         ),
         None => Planner::new(&tenant, policy),
     };
+    if let Some(boundary) = planner.boundary() {
+        admission = admission.with_isolation(&name, boundary);
+    }
     let mut kinds = kind_scopes::kinds_of(&documents);
     // The reference check looks at what each reference resolves to on the host, whatever kinds
     // the inputs are (a Pod naming a ServiceAccount when no ServiceAccount is among them). They
@@ -218,12 +222,12 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
             .as_ref()
             .filter(|p| p.decision.outcome == Outcome::Rejected)
         {
-            let rule = p
-                .decision
-                .policy
-                .as_ref()
-                .and_then(|policy| policy.rule.as_deref());
-            r.tenant_admission = Some(admission.refused_by(rule));
+            let d = &p.decision;
+            r.tenant_admission = Some(match d.profile.as_ref().and_then(|p| p.rule.as_deref()) {
+                Some(rule) => admission.refused_by_profile(&d.subject.namespace, rule),
+                None => admission
+                    .refused_by(d.policy.as_ref().and_then(|policy| policy.rule.as_deref())),
+            });
         }
     }
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());

@@ -33,6 +33,7 @@ use tenantplane_api::sync_policy::{AdmissionAction, RuleMatch, SyncRule};
 use tenantplane_api::{SyncAction, admission, provenance};
 
 use super::{CompiledPolicy, CompiledRule, Verdict};
+use crate::boundary::Boundary;
 
 /// At most this many matchConditions per policy (the API server's limit).
 const MAX_MATCH_CONDITIONS: usize = 64;
@@ -50,6 +51,45 @@ pub struct TenantAdmission {
     pub objects: Vec<Value>,
     /// Every Reject rule, in order, and how the tenant control plane enforces it.
     pub rules: Vec<RuleAdmission>,
+    /// The Tenant's IsolationProfile in its control plane, when it has one
+    /// ([`TenantAdmission::with_isolation`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub isolation: Option<TenantIsolation>,
+}
+
+/// The namespaces of a tenant control plane that keep no Pod Security labels and no profile
+/// admission policy: its own system namespaces (kube-system runs the tenant's CoreDNS and other
+/// system pods, which the host side judges when they are synced).
+pub const EXEMPT_NAMESPACES: [&str; 3] = ["kube-system", "kube-public", "kube-node-lease"];
+
+/// What a Tenant's IsolationProfile puts in its control plane, besides the admission policies
+/// among [`TenantAdmission::objects`]: the Pod Security labels of its namespaces.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TenantIsolation {
+    /// IsolationProfile name.
+    pub profile: String,
+    /// Its generation.
+    pub generation: i64,
+    /// The labels `pod-security.kubernetes.io/{enforce,audit,warn}` and their `-version` every
+    /// namespace but [`EXEMPT_NAMESPACES`] carries: the host namespace's.
+    pub pod_security_labels: BTreeMap<String, String>,
+    /// The profile fields that set them.
+    pub pod_security_fields: String,
+    /// The Pod Security level and version enforced (`restricted:v1.34`), if any.
+    pub pod_security: Option<String>,
+    /// Each admission policy of the host namespace and its copy in the tenant control plane.
+    pub policies: Vec<TenantPolicy>,
+}
+
+/// One of the profile's admission policies, on the host and in the tenant control plane.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TenantPolicy {
+    /// Its name on the host.
+    pub host: String,
+    /// Its name in the tenant control plane.
+    pub tenant: String,
 }
 
 /// How one Reject rule is enforced in the tenant control plane.
@@ -86,6 +126,11 @@ pub enum AtApply {
         /// The ValidatingAdmissionPolicy that warns.
         admission_policy: String,
     },
+    /// It fails: its namespace enforces Pod Security at this level and version.
+    PodSecurity {
+        /// `restricted:v1.34`.
+        enforced: String,
+    },
     /// It succeeds and the failure is in the tenant's audit log (validationActions Audit).
     Audited {
         /// The ValidatingAdmissionPolicy that audits.
@@ -114,6 +159,10 @@ impl std::fmt::Display for AtApply {
             AtApply::Audited { admission_policy } => write!(
                 f,
                 "admitted at apply time, audited (ValidatingAdmissionPolicy {admission_policy})"
+            ),
+            AtApply::PodSecurity { enforced } => write!(
+                f,
+                "refused at apply time (Pod Security {enforced}, the namespace's label)"
             ),
             AtApply::Admitted { why } => write!(f, "admitted at apply time: {why}"),
         }
@@ -154,6 +203,106 @@ impl TenantAdmission {
             AdmissionAction::Warn => AtApply::Warned { admission_policy },
             AdmissionAction::Audit => AtApply::Audited { admission_policy },
         }
+    }
+
+    /// What the tenant control plane does, at apply time, with an object of `namespace` the host
+    /// refuses under the Tenant's IsolationProfile by `rule` (`PodSecurity/<check>` or
+    /// `ValidatingAdmissionPolicy/<host name>`, a decision's `profile.rule`).
+    pub fn refused_by_profile(&self, namespace: &str, rule: &str) -> AtApply {
+        let Some(isolation) = &self.isolation else {
+            return AtApply::Admitted {
+                why: "the tenant control plane does not enforce the IsolationProfile".into(),
+            };
+        };
+        if EXEMPT_NAMESPACES.contains(&namespace) {
+            return AtApply::Admitted {
+                why: format!(
+                    "namespace {namespace} of the tenant control plane is left to the host side"
+                ),
+            };
+        }
+        match rule.split_once('/') {
+            Some(("PodSecurity", _)) => match &isolation.pod_security {
+                Some(enforced) => AtApply::PodSecurity {
+                    enforced: enforced.clone(),
+                },
+                None => AtApply::Admitted {
+                    why: "the namespace enforces no Pod Security level".into(),
+                },
+            },
+            Some((_, host)) => match isolation.policies.iter().find(|p| p.host == host) {
+                Some(p) => AtApply::Refused {
+                    admission_policy: p.tenant.clone(),
+                },
+                None => AtApply::Admitted {
+                    why: format!("{host} is enforced on the host side only"),
+                },
+            },
+            None => AtApply::Admitted {
+                why: format!("{rule} is enforced on the host side only"),
+            },
+        }
+    }
+
+    /// This compilation joined by what `boundary`, the Tenant's compiled IsolationProfile, puts in
+    /// its control plane: each of its admission policies as a policy of the tenant control plane
+    /// (`tenantplane-<tenant>-profile-<purpose>`, bound to every namespace but
+    /// [`EXEMPT_NAMESPACES`], `Deny`), and the Pod Security labels its namespaces carry
+    /// ([`TenantAdmission::isolation`]).
+    pub fn with_isolation(mut self, tenant: &str, boundary: &Boundary) -> TenantAdmission {
+        let profile = boundary.profile();
+        let host_prefix = format!("tenantplane-{tenant}-");
+        let mut policies = Vec::new();
+        for ([policy, binding], fields) in boundary.admission_policies() {
+            let host = policy["metadata"]["name"].as_str().unwrap_or_default();
+            let name = format!(
+                "{host_prefix}profile-{}",
+                host.strip_prefix(&host_prefix).unwrap_or(host)
+            );
+            let metadata = json!({
+                "name": name,
+                "labels": { provenance::MANAGED: "true", provenance::TENANT: tenant },
+                "annotations": {
+                    provenance::SYNC_POLICY: self.policy,
+                    provenance::SYNC_POLICY_REVISION: self.revision,
+                    provenance::ISOLATION_PROFILE: profile.name,
+                    provenance::ISOLATION_PROFILE_GENERATION: profile.generation.to_string(),
+                    provenance::ISOLATION_FIELD: fields,
+                    provenance::ADMISSION_ACTIONS: AdmissionAction::Deny.as_str(),
+                },
+            });
+            self.objects.push(json!({
+                "apiVersion": admission::API_VERSION,
+                "kind": admission::POLICY_KIND,
+                "metadata": metadata,
+                "spec": policy["spec"],
+            }));
+            let mut spec = binding["spec"].clone();
+            spec["policyName"] = json!(name);
+            spec["matchResources"] = json!({"namespaceSelector": {"matchExpressions": [{
+                "key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": EXEMPT_NAMESPACES,
+            }]}});
+            self.objects.push(json!({
+                "apiVersion": admission::API_VERSION,
+                "kind": admission::BINDING_KIND,
+                "metadata": metadata,
+                "spec": spec,
+            }));
+            policies.push(TenantPolicy {
+                host: host.to_string(),
+                tenant: name,
+            });
+        }
+        let (pod_security_labels, pod_security_fields) = boundary.pod_security_labels();
+        self.isolation = Some(TenantIsolation {
+            profile: profile.name,
+            generation: profile.generation,
+            pod_security_labels,
+            pod_security_fields: pod_security_fields.to_string(),
+            pod_security: boundary.pod_security().map(|e| e.to_string()),
+            policies,
+        });
+        self
     }
 
     /// The objects as a multi-document YAML stream.
@@ -238,6 +387,7 @@ impl CompiledPolicy {
             revision: self.revision.clone(),
             objects,
             rules,
+            isolation: None,
         }
     }
 

@@ -155,6 +155,13 @@ pub struct TenantRuntime {
     pub kinds: Vec<String>,
 }
 
+impl TenantRuntime {
+    /// Runs `task` as long as this runtime: it is stopped with it.
+    pub fn adopt(&mut self, task: JoinHandle<()>) {
+        self.tasks.push(task);
+    }
+}
+
 impl Drop for TenantRuntime {
     fn drop(&mut self) {
         for t in &self.tasks {
