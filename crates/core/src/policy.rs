@@ -316,6 +316,28 @@ impl CompiledPolicy {
         }
     }
 
+    /// The tenant namespaces some Sync rule can sync objects of, in order, each once; `None`:
+    /// every namespace (a Sync rule names none, or `*`).
+    pub fn synced_namespaces(&self) -> Option<Vec<String>> {
+        let mut namespaces: Vec<String> = Vec::new();
+        for r in self
+            .rules
+            .iter()
+            .filter(|r| r.rule.action == SyncAction::Sync)
+        {
+            let listed = &r.rule.matches.namespaces;
+            if listed.is_empty() || listed.iter().any(|n| n == "*") {
+                return None;
+            }
+            for n in listed {
+                if !namespaces.contains(n) {
+                    namespaces.push(n.clone());
+                }
+            }
+        }
+        Some(namespaces)
+    }
+
     /// Every (group, kind) some rule can sync, for the syncer's choice of watches. `*` entries
     /// are returned as-is.
     pub fn synced_kinds(&self) -> Vec<(String, String)> {

@@ -496,7 +496,7 @@ async fn apply(tenant: &Tenant, ctx: &Context) -> Result<Action, Error> {
     let admission_source = tenant_admission::Source::new(tenant, policy.as_ref(), &compiled);
     let mut admission = compiled.tenant_admission(&name);
     if let Some((_, boundary)) = &profile {
-        admission = admission.with_isolation(&name, boundary);
+        admission = admission.with_isolation(&name, boundary, compiled.synced_namespaces());
     }
     tenant_admission::reconcile(
         &client,
@@ -768,6 +768,7 @@ async fn remove_tenant_admission(tenant: &Tenant, ctx: &Context) {
             ctx.shared.metrics.clone(),
         );
         let source = tenant_admission::Source::new(tenant, policy.as_ref(), &compiled);
+        tenant_admission::remove_namespace_labels(&client, &recorder, &source).await?;
         tenant_admission::remove(&client, &recorder, &source).await
     }
     .await;

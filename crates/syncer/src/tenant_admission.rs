@@ -522,46 +522,77 @@ pub async fn keep_namespace_labels(
                 continue;
             }
         };
-        let Some((patch, verdict)) = label_patch(&namespace, isolation.as_ref()) else {
-            continue;
-        };
-        let started = Instant::now();
-        let name = namespace.metadata.name.clone().unwrap_or_default();
-        let target = IsolationRef {
-            api_version: "v1".into(),
-            kind: "Namespace".into(),
-            namespace: None,
-            name: name.clone(),
-        };
-        let profile = isolation.as_ref().map(|i| ProfileRef {
-            name: i.profile.clone(),
-            generation: i.generation,
-            field_path: i.pod_security_fields.clone(),
-            rule: None,
-        });
-        let span = trace::evaluation_span(&source.tenant, "v1", "Namespace", "", &name);
-        let input = digest(&patch);
-        let decision = source.decision(
-            Some(&target),
-            (None, profile),
-            &verdict,
-            &input,
-            trace::stamp_in(&span, COMPONENT),
-        );
-        let change = Change {
-            target,
-            api: api.clone(),
-            verdict,
-            write: Write::Merge(patch),
-            cluster: TENANT,
-        };
-        if let Err(e) = write(&recorder, &input, &change, &decision, started)
-            .instrument(span)
-            .await
-        {
-            tracing::warn!(tenant = %source.tenant, namespace = %name, error = %format!("{e:#}"),
-                "keeping the Pod Security labels of a tenant namespace");
-        }
+        label_namespace(&api, &recorder, &source, isolation.as_ref(), &namespace).await;
+    }
+}
+
+/// Removes the Pod Security labels this Tenant put on the namespaces of its control plane (it
+/// is being deleted), each removal a recorded decision.
+pub async fn remove_namespace_labels(
+    client: &Client,
+    recorder: &DecisionRecorder,
+    source: &Source,
+) -> anyhow::Result<()> {
+    let namespaces = Api::<Namespace>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .context("listing the namespaces of the tenant control plane")?;
+    let api: Api<DynamicObject> =
+        Api::all_with(client.clone(), &ApiResource::erase::<Namespace>(&()));
+    for namespace in &namespaces.items {
+        label_namespace(&api, recorder, source, None, namespace).await;
+    }
+    Ok(())
+}
+
+/// Brings one namespace's Pod Security labels to `isolation`'s (see [`label_patch`]), a
+/// recorded decision when it writes; a failure is logged.
+async fn label_namespace(
+    api: &Api<DynamicObject>,
+    recorder: &DecisionRecorder,
+    source: &Source,
+    isolation: Option<&TenantIsolation>,
+    namespace: &Namespace,
+) {
+    let Some((patch, verdict)) = label_patch(&source.tenant, namespace, isolation) else {
+        return;
+    };
+    let started = Instant::now();
+    let name = namespace.metadata.name.clone().unwrap_or_default();
+    let target = IsolationRef {
+        api_version: "v1".into(),
+        kind: "Namespace".into(),
+        namespace: None,
+        name: name.clone(),
+    };
+    let profile = isolation.map(|i| ProfileRef {
+        name: i.profile.clone(),
+        generation: i.generation,
+        field_path: i.pod_security_fields.clone(),
+        rule: None,
+    });
+    let span = trace::evaluation_span(&source.tenant, "v1", "Namespace", "", &name);
+    let input = digest(&patch);
+    let decision = source.decision(
+        Some(&target),
+        (None, profile),
+        &verdict,
+        &input,
+        trace::stamp_in(&span, COMPONENT),
+    );
+    let change = Change {
+        target,
+        api: api.clone(),
+        verdict,
+        write: Write::Merge(patch),
+        cluster: TENANT,
+    };
+    if let Err(e) = write(recorder, &input, &change, &decision, started)
+        .instrument(span)
+        .await
+    {
+        tracing::warn!(tenant = %source.tenant, namespace = %name, error = %format!("{e:#}"),
+            "keeping the Pod Security labels of a tenant namespace");
     }
 }
 
@@ -569,22 +600,30 @@ pub async fn keep_namespace_labels(
 /// those tenantplane set, without a profile), and the verdict of writing it; `None` when the
 /// namespace is as it should be, or exempt.
 fn label_patch(
+    tenant: &str,
     namespace: &Namespace,
     isolation: Option<&TenantIsolation>,
 ) -> Option<(serde_json::Value, Verdict)> {
     let name = namespace.metadata.name.as_deref()?;
-    if EXEMPT_NAMESPACES.contains(&name) || namespace.metadata.deletion_timestamp.is_some() {
+    if namespace.metadata.deletion_timestamp.is_some() {
         return None;
     }
     let labels = namespace.metadata.labels.clone().unwrap_or_default();
-    let marker = namespace
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(provenance::ISOLATION_PROFILE));
-    match isolation {
+    let annotation = |key: &str| {
+        namespace
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(key))
+    };
+    let (marker, ours) = (
+        annotation(provenance::ISOLATION_PROFILE),
+        annotation(provenance::TENANT) == Some(&tenant.to_string()),
+    );
+    match isolation.filter(|i| i.covers(name)) {
         Some(i) => {
-            let in_place = marker == Some(&i.profile)
+            let in_place = ours
+                && marker == Some(&i.profile)
                 && i.pod_security_labels
                     .iter()
                     .all(|(k, v)| labels.get(k) == Some(v));
@@ -593,7 +632,7 @@ fn label_patch(
             }
             let patch = json!({"metadata": {
                 "labels": i.pod_security_labels,
-                "annotations": {provenance::ISOLATION_PROFILE: i.profile},
+                "annotations": {provenance::ISOLATION_PROFILE: i.profile, provenance::TENANT: tenant},
             }});
             let modes: Vec<String> = ["enforce", "audit", "warn"]
                 .iter()
@@ -622,7 +661,7 @@ fn label_patch(
             Some((patch, verdict))
         }
         None => {
-            let profile = marker?;
+            let profile = marker.filter(|_| ours)?;
             let removed: serde_json::Map<String, serde_json::Value> = labels
                 .keys()
                 .filter(|k| k.starts_with("pod-security.kubernetes.io/"))
@@ -630,16 +669,16 @@ fn label_patch(
                 .collect();
             let patch = json!({"metadata": {
                 "labels": removed,
-                "annotations": {provenance::ISOLATION_PROFILE: null},
+                "annotations": {provenance::ISOLATION_PROFILE: null, provenance::TENANT: null},
             }});
             let verdict = Verdict::applied(
                 true,
                 String::new(),
                 "NoLongerCompiled",
                 format!(
-                    "the Tenant names no IsolationProfile any more: the Pod Security labels of \
-                     IsolationProfile {profile} are removed from namespace {name} of the tenant \
-                     control plane"
+                    "the Pod Security labels of IsolationProfile {profile} are removed from \
+                     namespace {name} of the tenant control plane: the Tenant no longer puts \
+                     them there"
                 ),
             );
             Some((patch, verdict))
@@ -652,6 +691,8 @@ mod tests {
     use axum::Router;
     use axum::http::header;
     use axum::routing::get;
+
+    use serde_json::Value;
 
     use super::*;
     use crate::metrics::SyncMetrics;
@@ -673,6 +714,74 @@ mod tests {
         let url = format!("http://{}", listener.local_addr().unwrap());
         tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
         Client::try_from(kube::Config::new(url.parse().unwrap())).unwrap()
+    }
+
+    fn namespace(name: &str, labels: Value, annotations: Value) -> Namespace {
+        serde_json::from_value(
+            json!({"metadata": {"name": name, "labels": labels, "annotations": annotations}}),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn tenant_namespaces_but_the_system_ones_get_the_profiles_pod_security_labels() {
+        let tenant: Tenant = serde_json::from_value(json!({
+            "metadata": {"name": "acme"},
+            "spec": {"controlPlane": {"kubeconfigSecret": {"namespace": "ns", "name": "acme"}}},
+        }))
+        .unwrap();
+        let profile = serde_json::from_value(
+            json!({"metadata": {"name": "strict", "generation": 4}, "spec": {"level": "restricted"}}),
+        )
+        .unwrap();
+        let boundary = tenantplane_core::boundary::Boundary::compile(&tenant, &profile).unwrap();
+        let isolation = CompiledPolicy::builtin_default()
+            .tenant_admission("acme")
+            .with_isolation("acme", &boundary, None)
+            .isolation
+            .unwrap();
+        let (patch, verdict) = label_patch(
+            "acme",
+            &namespace("shop", json!({}), json!({})),
+            Some(&isolation),
+        )
+        .expect("an unlabelled namespace is labelled");
+        assert_eq!(
+            patch["metadata"]["labels"]["pod-security.kubernetes.io/enforce"],
+            "restricted"
+        );
+        assert_eq!(
+            patch["metadata"]["annotations"],
+            json!({provenance::ISOLATION_PROFILE: "strict", provenance::TENANT: "acme"})
+        );
+        assert_eq!(verdict.reason, "CompiledFromProfile");
+        assert!(
+            verdict.message.ends_with(
+                "enforce restricted:v1.34, audit restricted:v1.34, warn restricted:v1.34"
+            ),
+            "{}",
+            verdict.message
+        );
+        let labelled = namespace(
+            "shop",
+            patch["metadata"]["labels"].clone(),
+            patch["metadata"]["annotations"].clone(),
+        );
+        assert!(
+            label_patch("acme", &labelled, Some(&isolation)).is_none(),
+            "in place"
+        );
+        let system = namespace("kube-system", json!({}), json!({}));
+        assert!(label_patch("acme", &system, Some(&isolation)).is_none());
+
+        // Without the profile, the labels this Tenant set go; another Tenant's stay.
+        let (removal, verdict) = label_patch("acme", &labelled, None).unwrap();
+        assert_eq!(
+            removal["metadata"]["labels"]["pod-security.kubernetes.io/enforce"],
+            Value::Null
+        );
+        assert_eq!(verdict.reason, "NoLongerCompiled");
+        assert!(label_patch("other", &labelled, None).is_none());
     }
 
     #[tokio::test]

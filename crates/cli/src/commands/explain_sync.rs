@@ -167,7 +167,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         None => Planner::new(&tenant, policy),
     };
     if let Some(boundary) = planner.boundary() {
-        admission = admission.with_isolation(&name, boundary);
+        admission = admission.with_isolation(&name, boundary, planner.policy().synced_namespaces());
     }
     let mut kinds = kind_scopes::kinds_of(&documents);
     // The reference check looks at what each reference resolves to on the host, whatever kinds

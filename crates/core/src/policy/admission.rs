@@ -62,6 +62,17 @@ pub struct TenantAdmission {
 /// system pods, which the host side judges when they are synced).
 pub const EXEMPT_NAMESPACES: [&str; 3] = ["kube-system", "kube-public", "kube-node-lease"];
 
+impl TenantIsolation {
+    /// Whether the tenant namespace `namespace` carries the profile's labels and policies.
+    pub fn covers(&self, namespace: &str) -> bool {
+        !EXEMPT_NAMESPACES.contains(&namespace)
+            && self
+                .namespaces
+                .as_ref()
+                .is_none_or(|listed| listed.iter().any(|n| n == namespace))
+    }
+}
+
 /// What a Tenant's IsolationProfile puts in its control plane, besides the admission policies
 /// among [`TenantAdmission::objects`]: the Pod Security labels of its namespaces.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -78,6 +89,9 @@ pub struct TenantIsolation {
     pub pod_security_fields: String,
     /// The Pod Security level and version enforced (`restricted:v1.34`), if any.
     pub pod_security: Option<String>,
+    /// The namespaces that carry the labels and the policies: those the SyncPolicy syncs objects
+    /// of, but [`EXEMPT_NAMESPACES`]; `None`: every namespace but those.
+    pub namespaces: Option<Vec<String>>,
     /// Each admission policy of the host namespace and its copy in the tenant control plane.
     pub policies: Vec<TenantPolicy>,
 }
@@ -214,7 +228,7 @@ impl TenantAdmission {
                 why: "the tenant control plane does not enforce the IsolationProfile".into(),
             };
         };
-        if EXEMPT_NAMESPACES.contains(&namespace) {
+        if !isolation.covers(namespace) {
             return AtApply::Admitted {
                 why: format!(
                     "namespace {namespace} of the tenant control plane is left to the host side"
@@ -246,10 +260,23 @@ impl TenantAdmission {
 
     /// This compilation joined by what `boundary`, the Tenant's compiled IsolationProfile, puts in
     /// its control plane: each of its admission policies as a policy of the tenant control plane
-    /// (`tenantplane-<tenant>-profile-<purpose>`, bound to every namespace but
-    /// [`EXEMPT_NAMESPACES`], `Deny`), and the Pod Security labels its namespaces carry
-    /// ([`TenantAdmission::isolation`]).
-    pub fn with_isolation(mut self, tenant: &str, boundary: &Boundary) -> TenantAdmission {
+    /// (`tenantplane-<tenant>-profile-<purpose>`, `Deny`), and the Pod Security labels its
+    /// namespaces carry ([`TenantAdmission::isolation`]); both in `namespaces` (those the
+    /// SyncPolicy syncs objects of, [`CompiledPolicy::synced_namespaces`]; `None`: every one) but
+    /// [`EXEMPT_NAMESPACES`].
+    pub fn with_isolation(
+        mut self,
+        tenant: &str,
+        boundary: &Boundary,
+        namespaces: Option<Vec<String>>,
+    ) -> TenantAdmission {
+        let selector = match &namespaces {
+            Some(listed) => json!({"matchExpressions": [{"key": "kubernetes.io/metadata.name",
+                "operator": "In",
+                "values": listed.iter().filter(|n| !EXEMPT_NAMESPACES.contains(&n.as_str())).collect::<Vec<_>>()}]}),
+            None => json!({"matchExpressions": [{"key": "kubernetes.io/metadata.name",
+                "operator": "NotIn", "values": EXEMPT_NAMESPACES}]}),
+        };
         let profile = boundary.profile();
         let host_prefix = format!("tenantplane-{tenant}-");
         let mut policies = Vec::new();
@@ -279,9 +306,7 @@ impl TenantAdmission {
             }));
             let mut spec = binding["spec"].clone();
             spec["policyName"] = json!(name);
-            spec["matchResources"] = json!({"namespaceSelector": {"matchExpressions": [{
-                "key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": EXEMPT_NAMESPACES,
-            }]}});
+            spec["matchResources"] = json!({"namespaceSelector": selector});
             self.objects.push(json!({
                 "apiVersion": admission::API_VERSION,
                 "kind": admission::BINDING_KIND,
@@ -300,6 +325,7 @@ impl TenantAdmission {
             pod_security_labels,
             pod_security_fields: pod_security_fields.to_string(),
             pod_security: boundary.pod_security().map(|e| e.to_string()),
+            namespaces,
             policies,
         });
         self
@@ -911,6 +937,70 @@ mod tests {
             a.rules[0].host_side_only.as_deref(),
             Some("never decides: the earlier rule all-pods matches every object it matches")
         );
+    }
+
+    #[test]
+    fn the_profiles_admission_policies_join_and_say_what_happens_at_apply_time() {
+        let tenant: tenantplane_api::Tenant = serde_json::from_value(json!({
+            "metadata": {"name": "acme"},
+            "spec": {"controlPlane": {"kubeconfigSecret": {"namespace": "ns", "name": "acme"}}},
+        }))
+        .unwrap();
+        let profile = serde_json::from_value(
+            json!({"metadata": {"name": "strict", "generation": 2}, "spec": {"level": "strict"}}),
+        )
+        .unwrap();
+        let boundary = Boundary::compile(&tenant, &profile).unwrap();
+        let a = CompiledPolicy::builtin_default()
+            .tenant_admission("acme")
+            .with_isolation("acme", &boundary, Some(vec!["shop".into()]));
+        let vap = find(
+            &a,
+            "ValidatingAdmissionPolicy",
+            "tenantplane-acme-profile-image-pull-always",
+        );
+        assert_eq!(
+            vap["metadata"]["annotations"][provenance::ISOLATION_PROFILE],
+            "strict"
+        );
+        let binding = find(
+            &a,
+            "ValidatingAdmissionPolicyBinding",
+            "tenantplane-acme-profile-image-pull-always",
+        );
+        assert_eq!(
+            binding["spec"]["matchResources"]["namespaceSelector"]["matchExpressions"][0]["values"],
+            json!(["shop"])
+        );
+        assert!(
+            a.objects
+                .iter()
+                .all(|o| o["metadata"]["name"] != "tenantplane-acme-profile-protect-managed"),
+            "who writes on the host is no tenant's concern"
+        );
+        assert_eq!(
+            a.refused_by_profile("shop", "PodSecurity/runAsNonRoot"),
+            AtApply::PodSecurity {
+                enforced: "restricted:v1.34".into()
+            }
+        );
+        assert_eq!(
+            a.refused_by_profile(
+                "shop",
+                "ValidatingAdmissionPolicy/tenantplane-acme-runtime-class"
+            ),
+            AtApply::Refused {
+                admission_policy: "tenantplane-acme-profile-runtime-class".into()
+            }
+        );
+        assert!(matches!(
+            a.refused_by_profile("kube-system", "PodSecurity/runAsNonRoot"),
+            AtApply::Admitted { .. }
+        ));
+        assert!(matches!(
+            a.refused_by_profile("ops", "PodSecurity/runAsNonRoot"),
+            AtApply::Admitted { .. }
+        ));
     }
 
     #[test]
