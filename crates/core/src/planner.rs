@@ -435,6 +435,7 @@ impl Plan {
         self.action = HostAction::None;
         match refusal.into() {
             Refusal::Untranslatable(refusal) => {
+                self.profile = None;
                 self.reason = refusal.reason.to_string();
                 self.message = format!("cannot be placed on the host safely: {}", refusal.message);
                 self.verdict.field_path = Some(refusal.field_path);

@@ -120,6 +120,8 @@ pub fn reconcile_present(
     );
     let mut desired: Option<HostDesired> = None;
     if plan.verdict.action == SyncAction::Sync {
+        // Decided again on the live view, the isolation boundary included.
+        plan.profile = None;
         let c = collision::check(
             &tenant.tenant,
             &object.identity,
