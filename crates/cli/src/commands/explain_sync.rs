@@ -25,7 +25,9 @@ use tenantplane_core::parallel;
 use tenantplane_core::planner::HostState;
 use tenantplane_core::reference::REFERENCEABLE_KINDS;
 use tenantplane_core::watch::{UnrecordedFate, Watches};
-use tenantplane_core::{AtApply, CompiledPolicy, Decision, Outcome, Plan, Planner, TenantObject};
+use tenantplane_core::{
+    AtApply, CompiledPolicy, Decision, Outcome, Plan, Planner, TenantAdmission, TenantObject,
+};
 
 use crate::input::{self, OutputFormat};
 use crate::{host_cluster, kind_scopes};
@@ -199,10 +201,10 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
 
     let objects = tenant_objects(documents);
     let results = match &args.planner {
-        None => explain(&planner, &watches, &host, objects),
+        None => explain(&planner, &admission, &watches, &host, objects),
         Some(address) => runtime.block_on(explain_remote(
             address,
-            &tenant,
+            (&tenant, &admission),
             (
                 policy_text.as_deref(),
                 profile
@@ -215,21 +217,6 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
             objects,
         ))?,
     };
-    let mut results = results;
-    for r in &mut results {
-        if let Some(p) = r
-            .planned
-            .as_ref()
-            .filter(|p| p.decision.outcome == Outcome::Rejected)
-        {
-            let d = &p.decision;
-            r.tenant_admission = Some(match d.profile.as_ref().and_then(|p| p.rule.as_deref()) {
-                Some(rule) => admission.refused_by_profile(&d.subject.namespace, rule),
-                None => admission
-                    .refused_by(d.policy.as_ref().and_then(|policy| policy.rule.as_deref())),
-            });
-        }
-    }
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     match args.output {
         OutputFormat::Table => write_table(&mut out, &results)?,
@@ -278,14 +265,16 @@ pub fn tenant_objects(
               allocation per object"
 )]
 enum Fate {
-    Planned(Planned),
+    /// Planned, with what the tenant control plane does at apply time when the host refuses it.
+    Planned(Planned, Option<AtApply>),
     Unrecorded(UnrecordedFate),
 }
 
 /// Plans every object the syncer watches in process, on every core, and returns the results in
-/// input order.
+/// input order, each refused one with what the tenant control plane's `admission` does with it.
 pub fn explain(
     planner: &Planner,
+    admission: &TenantAdmission,
     watches: &Watches<'_>,
     host: &HostState,
     objects: Vec<ObjectInput>,
@@ -311,12 +300,19 @@ pub fn explain(
     let mut planned = plans
         .into_iter()
         .zip(decisions)
-        .map(|(plan, decision)| Planned { decision, plan });
+        .zip(&watched)
+        .map(|((plan, decision), object)| {
+            let at_apply = admission.at_apply(object, &decision);
+            (Planned { decision, plan }, at_apply)
+        });
     let fates: Vec<Fate> = fates
         .into_iter()
         .map(|fate| match fate {
             Some(fate) => Fate::Unrecorded(fate),
-            None => Fate::Planned(planned.next().expect("one plan per watched object")),
+            None => {
+                let (planned, at_apply) = planned.next().expect("one plan per watched object");
+                Fate::Planned(planned, at_apply)
+            }
         })
         .collect();
     assemble(
@@ -330,7 +326,7 @@ pub fn explain(
 /// Plans every object the syncer watches on a planner service, in input order.
 async fn explain_remote(
     address: &str,
-    tenant: &Tenant,
+    (tenant, admission): (&Tenant, &TenantAdmission),
     (policy, profile): (Option<&str>, Option<&str>),
     watches: &Watches<'_>,
     host: &HostState,
@@ -356,15 +352,23 @@ async fn explain_remote(
         .plan(tenant, policy, profile, &valid, &host)
         .await
         .with_context(|| format!("planning on the planner at {address}"))?;
-    let mut planned = planned.into_iter().map(|p| Planned {
-        decision: p.decision,
-        plan: p.plan,
+    let mut planned = planned.into_iter().zip(&valid).map(|(p, object)| {
+        let at_apply = admission.at_apply(object, &p.decision);
+        (
+            Planned {
+                decision: p.decision,
+                plan: p.plan,
+            },
+            at_apply,
+        )
     });
     let fates: Vec<Fate> = fates
         .into_iter()
         .map(|fate| match fate {
             Some(fate) => Some(Fate::Unrecorded(fate)),
-            None => planned.next().map(Fate::Planned),
+            None => planned
+                .next()
+                .map(|(planned, at_apply)| Fate::Planned(planned, at_apply)),
         })
         .collect::<Option<_>>()
         .context("the planner answered fewer plans than it was asked for")?;
@@ -398,7 +402,10 @@ fn assemble<'a>(
                     });
                 }
                 None => match fates.next().expect("one fate per usable document") {
-                    Fate::Planned(p) => explained.planned = Some(p),
+                    Fate::Planned(p, at_apply) => {
+                        explained.planned = Some(p);
+                        explained.tenant_admission = at_apply;
+                    }
                     Fate::Unrecorded(u) => explained.unrecorded = Some(u),
                 },
             }

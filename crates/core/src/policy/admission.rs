@@ -32,8 +32,11 @@ use serde_json::{Value, json};
 use tenantplane_api::sync_policy::{AdmissionAction, RuleMatch, SyncRule};
 use tenantplane_api::{SyncAction, admission, provenance};
 
-use super::{CompiledPolicy, CompiledRule, Verdict};
-use crate::boundary::Boundary;
+use super::{CompiledPolicy, CompiledRule};
+use crate::boundary::{Boundary, complete_pod};
+use crate::decision::{Decision, Outcome};
+use crate::object::TenantObject;
+use crate::pod_security::LevelVersion;
 
 /// At most this many matchConditions per policy (the API server's limit).
 const MAX_MATCH_CONDITIONS: usize = 64;
@@ -184,10 +187,38 @@ impl std::fmt::Display for AtApply {
 }
 
 impl TenantAdmission {
-    /// What the tenant control plane would have done when the object `verdict` is about was
-    /// applied; `None` when the host does not refuse it.
-    pub fn at_apply(&self, verdict: &Verdict) -> Option<AtApply> {
-        (verdict.action == SyncAction::Reject).then(|| self.refused_by(verdict.rule.as_deref()))
+    /// What the tenant control plane does, at apply time, with `object`, which `decision` says
+    /// the host refuses (`None` when it does not): the Pod Security label of its namespace first,
+    /// as kube-apiserver runs Pod Security before any ValidatingAdmissionPolicy, then the policy
+    /// of the rule (or the profile's rule) that refuses it.
+    pub fn at_apply(&self, object: &TenantObject, decision: &Decision) -> Option<AtApply> {
+        if decision.outcome != Outcome::Rejected {
+            return None;
+        }
+        let namespace = &object.identity.namespace;
+        let refused_by_pod_security = self
+            .isolation
+            .as_ref()
+            .filter(|i| i.covers(namespace))
+            .filter(|_| object.identity.group().is_empty() && object.identity.kind == "Pod")
+            .and_then(|i| {
+                let enforced = LevelVersion::enforced_by_labels(&i.pod_security_labels);
+                let mut pod = object.object.clone();
+                complete_pod(&mut pod, true);
+                (!enforced.evaluate(&pod).is_empty()).then(|| enforced.to_string())
+            });
+        if let Some(enforced) = refused_by_pod_security {
+            return Some(AtApply::PodSecurity { enforced });
+        }
+        Some(match decision.profile.as_ref().and_then(|p| p.rule.as_deref()) {
+            Some(rule) if rule.starts_with("PodSecurity/") => AtApply::Admitted {
+                why: "the pod meets Pod Security as the tenant control plane has it; its host \
+                      copy does not"
+                    .into(),
+            },
+            Some(rule) => self.refused_by_profile(namespace, rule),
+            None => self.refused_by(decision.policy.as_ref().and_then(|p| p.rule.as_deref())),
+        })
     }
 
     /// What the tenant control plane does, at apply time, with an object the host refuses by
@@ -851,10 +882,10 @@ mod tests {
         let verdict = p.evaluate(&pod);
         assert_eq!(verdict.action, SyncAction::Reject, "the host refuses");
         assert_eq!(
-            a.at_apply(&verdict),
-            Some(AtApply::Warned {
+            a.refused_by(verdict.rule.as_deref()),
+            AtApply::Warned {
                 admission_policy: "tenantplane-acme-warned".into()
-            })
+            }
         );
     }
 
@@ -889,7 +920,7 @@ mod tests {
         let pod = TenantObject::from_value(json!({"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": "x", "namespace": "a"}, "status": {"phase": "Failed"}}))
         .unwrap();
-        let at_apply = a.at_apply(&p.evaluate(&pod)).unwrap();
+        let at_apply = a.refused_by(p.evaluate(&pod).rule.as_deref());
         assert!(matches!(at_apply, AtApply::Admitted { .. }), "{at_apply}");
 
         let p = policy(json!([
@@ -997,6 +1028,21 @@ mod tests {
             a.refused_by_profile("kube-system", "PodSecurity/runAsNonRoot"),
             AtApply::Admitted { .. }
         ));
+        // A pod a SyncPolicy rule refuses meets the namespace's Pod Security first.
+        let debugger = TenantObject::from_value(json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "d", "namespace": "shop"},
+            "spec": {"hostNetwork": true, "containers": [{"name": "c", "image": "busybox"}]}}))
+        .unwrap();
+        let planner = crate::Planner::new(&tenant, CompiledPolicy::builtin_default());
+        let decision = planner
+            .plan(&debugger, &Default::default())
+            .to_decision("acme", &debugger, crate::decision::Stamp::now("test"));
+        assert_eq!(
+            a.at_apply(&debugger, &decision),
+            Some(AtApply::PodSecurity {
+                enforced: "restricted:v1.34".into()
+            })
+        );
         assert!(matches!(
             a.refused_by_profile("ops", "PodSecurity/runAsNonRoot"),
             AtApply::Admitted { .. }
