@@ -203,7 +203,7 @@ impl Boundary {
 
     /// Whether the host admits `object` (a host object, as translated) when `action` writes it;
     /// otherwise the refusal the host would give first.
-    pub fn admit(&self, object: &Value, action: HostAction) -> Result<(), ProfileRefusal> {
+    pub fn admit(&self, object: &Value, action: HostAction) -> Result<(), Box<ProfileRefusal>> {
         let operation = match action {
             HostAction::Create => "CREATE",
             HostAction::Update => "UPDATE",
@@ -235,12 +235,12 @@ impl Boundary {
                     enforced: enforced.level,
                     findings,
                 };
-                return Err(ProfileRefusal {
+                return Err(Box::new(ProfileRefusal {
                     profile: self.refusing(&enforced.fields, rule),
                     reason: POD_SECURITY_FORBIDDEN,
                     field_path,
                     host_message: refusal.message(name),
-                });
+                }));
             }
         }
         let request = Request {
@@ -257,7 +257,7 @@ impl Boundary {
                     "" => resource.to_string(),
                     group => format!("{resource}.{group}"),
                 };
-                return Err(ProfileRefusal {
+                return Err(Box::new(ProfileRefusal {
                     profile: self.refusing(
                         &p.fields,
                         format!("ValidatingAdmissionPolicy/{}", p.policy.name()),
@@ -265,7 +265,7 @@ impl Boundary {
                     reason: PROFILE_ADMISSION_FORBIDDEN,
                     field_path: p.refused_field.clone(),
                     host_message: format!("{qualified} \"{name}\" is forbidden: {denied}"),
-                });
+                }));
             }
         }
         Ok(())

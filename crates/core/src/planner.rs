@@ -64,7 +64,7 @@ pub enum Refusal {
     /// The translation or the reference check refuses it.
     Untranslatable(Untranslatable),
     /// The host would refuse it under the tenant's IsolationProfile.
-    Profile(ProfileRefusal),
+    Profile(Box<ProfileRefusal>),
 }
 
 impl From<Untranslatable> for Refusal {
@@ -73,8 +73,8 @@ impl From<Untranslatable> for Refusal {
     }
 }
 
-impl From<ProfileRefusal> for Refusal {
-    fn from(r: ProfileRefusal) -> Self {
+impl From<Box<ProfileRefusal>> for Refusal {
+    fn from(r: Box<ProfileRefusal>) -> Self {
         Refusal::Profile(r)
     }
 }
@@ -441,6 +441,7 @@ impl Plan {
                 self.verdict.field_path = Some(refusal.field_path);
             }
             Refusal::Profile(refusal) => {
+                let refusal = *refusal;
                 self.reason = refusal.reason.to_string();
                 self.message = refusal.message();
                 self.verdict.field_path = Some(refusal.field_path);

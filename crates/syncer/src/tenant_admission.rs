@@ -102,7 +102,7 @@ impl Source {
     fn decision(
         &self,
         target: Option<&IsolationRef>,
-        (rule, profile): (Option<String>, Option<ProfileRef>),
+        (rule, profile): Enforces,
         verdict: &Verdict,
         input_digest: &str,
         stamp: Stamp,
@@ -142,6 +142,10 @@ impl Source {
         }
     }
 }
+
+/// What a tenant-side object enforces: a rule of the SyncPolicy, or what the IsolationProfile
+/// compiled (its fields).
+type Enforces = (Option<String>, Option<ProfileRef>);
 
 /// What a reconcile did in the tenant control plane.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -320,7 +324,7 @@ async fn apply(
         existing.extend(list.items.into_iter().map(|m| (kind, m)));
     }
     let mut result = Applied::default();
-    let mut changes: Vec<(Change, (Option<String>, Option<ProfileRef>))> = Vec::new();
+    let mut changes: Vec<(Change, Enforces)> = Vec::new();
     for object in &admission.objects {
         let r = crate::isolation::ref_of(object).context("a compiled object without identity")?;
         let api: Api<DynamicObject> = resolver.api(client, &r.api_version, &r.kind, None).await?;

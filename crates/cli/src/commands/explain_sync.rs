@@ -297,14 +297,15 @@ pub fn explain(
     let decisions = parallel::map_in_order(&each, |&i| {
         plans[i].to_decision(planner.tenant(), watched[i], Stamp::now(COMPONENT))
     });
-    let mut planned = plans
-        .into_iter()
-        .zip(decisions)
-        .zip(&watched)
-        .map(|((plan, decision), object)| {
-            let at_apply = admission.at_apply(object, &decision);
-            (Planned { decision, plan }, at_apply)
-        });
+    let mut planned =
+        plans
+            .into_iter()
+            .zip(decisions)
+            .zip(&watched)
+            .map(|((plan, decision), object)| {
+                let at_apply = admission.at_apply(object, &decision);
+                (Planned { decision, plan }, at_apply)
+            });
     let fates: Vec<Fate> = fates
         .into_iter()
         .map(|fate| match fate {

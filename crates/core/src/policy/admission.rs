@@ -210,15 +210,17 @@ impl TenantAdmission {
         if let Some(enforced) = refused_by_pod_security {
             return Some(AtApply::PodSecurity { enforced });
         }
-        Some(match decision.profile.as_ref().and_then(|p| p.rule.as_deref()) {
-            Some(rule) if rule.starts_with("PodSecurity/") => AtApply::Admitted {
-                why: "the pod meets Pod Security as the tenant control plane has it; its host \
+        Some(
+            match decision.profile.as_ref().and_then(|p| p.rule.as_deref()) {
+                Some(rule) if rule.starts_with("PodSecurity/") => AtApply::Admitted {
+                    why: "the pod meets Pod Security as the tenant control plane has it; its host \
                       copy does not"
-                    .into(),
+                        .into(),
+                },
+                Some(rule) => self.refused_by_profile(namespace, rule),
+                None => self.refused_by(decision.policy.as_ref().and_then(|p| p.rule.as_deref())),
             },
-            Some(rule) => self.refused_by_profile(namespace, rule),
-            None => self.refused_by(decision.policy.as_ref().and_then(|p| p.rule.as_deref())),
-        })
+        )
     }
 
     /// What the tenant control plane does, at apply time, with an object the host refuses by
@@ -1034,9 +1036,11 @@ mod tests {
             "spec": {"hostNetwork": true, "containers": [{"name": "c", "image": "busybox"}]}}))
         .unwrap();
         let planner = crate::Planner::new(&tenant, CompiledPolicy::builtin_default());
-        let decision = planner
-            .plan(&debugger, &Default::default())
-            .to_decision("acme", &debugger, crate::decision::Stamp::now("test"));
+        let decision = planner.plan(&debugger, &Default::default()).to_decision(
+            "acme",
+            &debugger,
+            crate::decision::Stamp::now("test"),
+        );
         assert_eq!(
             a.at_apply(&debugger, &decision),
             Some(AtApply::PodSecurity {
