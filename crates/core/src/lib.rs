@@ -6,6 +6,9 @@
 //!        └──────▶ mapping::place ──▶ Placement ──▶ collision::check(existing host object)
 //!                                                            │
 //!                        planner::Planner::plan ◀────────────┘──▶ Plan ──▶ decision::Decision
+//!                                 │
+//!        translate::to_host ──▶ host object ──▶ boundary::Boundary::admit (Pod Security,
+//!                                               the IsolationProfile's admission policies)
 //! ```
 //!
 //! No Kubernetes client, no gRPC, no async I/O: `tenantplane explain-sync`, the planner service
