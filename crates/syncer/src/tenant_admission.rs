@@ -575,7 +575,15 @@ async fn label_namespace(
         field_path: i.pod_security_fields.clone(),
         rule: None,
     });
-    let span = trace::evaluation_span(&source.tenant, "v1", "Namespace", "", &name);
+    // The decision's span, about its subject: the SyncPolicy whose tenant-side compilation the
+    // profile joins.
+    let span = trace::evaluation_span(
+        &source.tenant,
+        &format!("{}/{}", tenantplane_api::GROUP, tenantplane_api::VERSION),
+        "SyncPolicy",
+        "",
+        &source.policy,
+    );
     let input = digest(&patch);
     let decision = source.decision(
         Some(&target),
