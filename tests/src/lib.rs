@@ -494,13 +494,41 @@ impl Env {
     /// only audited at admission, so that the tenant control plane admits what the host side
     /// refuses: for scenarios about the host-side refusal. Returns its name.
     pub async fn audited_default_policy(&self) -> anyhow::Result<String> {
-        let name = self.name("audited-default");
+        self.default_policy_variant("audited-default", None, true)
+            .await
+    }
+
+    /// Creates (once per run) a SyncPolicy that is the built-in default with every rule limited
+    /// to the tenant namespaces `namespaces` (Reject rules only audited at admission when
+    /// `audited`). A Tenant with an IsolationProfile puts its Pod Security labels and admission
+    /// policies in the namespaces its policy syncs: limited so, a test on a shared tenant control
+    /// plane leaves the others' namespaces alone. Returns its name.
+    pub async fn default_policy_in(
+        &self,
+        base: &str,
+        namespaces: &[String],
+        audited: bool,
+    ) -> anyhow::Result<String> {
+        self.default_policy_variant(base, Some(namespaces), audited)
+            .await
+    }
+
+    async fn default_policy_variant(
+        &self,
+        base: &str,
+        namespaces: Option<&[String]>,
+        audited: bool,
+    ) -> anyhow::Result<String> {
+        let name = self.name(base);
         let mut policy: Value =
             serde_norway::from_str(tenantplane_core::policy::DEFAULT_POLICY_YAML)?;
         policy["metadata"] = json!({"name": name});
         for rule in policy["spec"]["rules"].as_array_mut().into_iter().flatten() {
-            if rule["action"] == "Reject" {
+            if audited && rule["action"] == "Reject" {
                 rule["admission"] = json!("Audit");
+            }
+            if let Some(namespaces) = namespaces {
+                rule["match"]["namespaces"] = json!(namespaces);
             }
         }
         match create(&self.host.client, policy).await {

@@ -643,9 +643,11 @@ async fn syncer_life(env: &Env, round: usize) {
         .expect("tenant namespace");
     let meta = |name: &str| json!({"name": name, "namespace": ns, "labels": {"rev": "1"}});
     let workloads = [
-        // The restricted profile's admission policy on the host wants every image pulled again.
+        // The restricted profile: Pod Security restricted, and every image pulled again.
         json!({"apiVersion": "v1", "kind": "Pod", "metadata": meta("web"),
-               "spec": {"containers": [{"name": "web", "image": "nginx:1.27", "imagePullPolicy": "Always"}]}}),
+               "spec": {"securityContext": {"runAsNonRoot": true, "seccompProfile": {"type": "RuntimeDefault"}},
+                        "containers": [{"name": "web", "image": "nginx:1.27", "imagePullPolicy": "Always",
+                            "securityContext": {"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}}}]}}),
         // No selector: its Endpoints are the tenant's and are synced too.
         json!({"apiVersion": "v1", "kind": "Service", "metadata": meta("db"),
                "spec": {"ports": [{"port": 5432}]}}),

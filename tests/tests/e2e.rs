@@ -598,7 +598,18 @@ async fn an_isolation_profile_change_applies_and_prunes() {
     create(h, profile(&pname, json!({"level": "restricted"})))
         .await
         .unwrap();
-    let t = env.create_tenant("iso", Some(&pname)).await.unwrap();
+    // Its Pod Security labels and policies go in the namespaces the policy syncs: none here.
+    let policy = env
+        .default_policy_in("iso-policy", &[env.name("iso")], false)
+        .await
+        .unwrap();
+    let t = env
+        .create_tenant_with(
+            "iso",
+            json!({"isolationProfileRef": pname, "syncPolicyRef": policy}),
+        )
+        .await
+        .unwrap();
     let host_ns = format!("tenant-{t}");
     let exists = |av: &'static str, kind: &'static str, ns: Option<String>, name: String| {
         let h = h.clone();
@@ -1829,4 +1840,224 @@ async fn a_tenant_apply_of_a_refused_pod_fails_at_once_with_the_rule() {
     })
     .await;
     let _ = std::fs::remove_file(&path);
+}
+
+/// A pod that meets Pod Security `restricted` and pulls `Always`, in `ns`.
+fn restricted_pod(ns: &str, name: &str, pull: &str) -> Value {
+    pod(
+        ns,
+        name,
+        json!({"securityContext": {"runAsNonRoot": true, "seccompProfile": {"type": "RuntimeDefault"}},
+               "containers": [{"name": "app", "image": "nginx:1.27", "imagePullPolicy": pull,
+                   "securityContext": {"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}}}]}),
+    )
+}
+
+/// Under a restricted IsolationProfile, what the host's admission would refuse is refused in the
+/// plan: one Rejected decision with the profile, the rule, the field and the host's own message,
+/// and no write (not a Synced then a Failed); what it admits is synced. The tenant's namespace
+/// then carries the profile's Pod Security labels and its admission policies, so that applying
+/// such a pod fails at once in the tenant control plane.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_the_profile_refuses_is_one_rejected_decision_and_refused_at_apply_time() {
+    use tenantplane_core::pod_security::{Level, LevelVersion, PodSecurityRefusal, Version};
+    use tenantplane_decision_log::{Filter, ObjectFilter, Query};
+
+    let path = std::env::temp_dir().join(format!(
+        "tenantplane-e2e-{}-{}.sqlite",
+        std::process::id(),
+        uuid_suffix()
+    ));
+    let url = format!("sqlite:{}", path.display());
+    let env = Env::start_with_log(Some(url.clone())).await.unwrap();
+    let (h, c) = (&env.host.client, &env.tenant_cp.client);
+    let pname = env.name("walls");
+    create(h, profile(&pname, json!({"level": "restricted"})))
+        .await
+        .unwrap();
+    // The pods are in the tenant control plane before the Tenant (and its labels) exist.
+    let ns = env.tenant_namespace("fort").await.unwrap();
+    let plain = pod(
+        &ns,
+        "plain",
+        json!({"containers": [{"name": "app", "image": "nginx:1.27"}]}),
+    );
+    let mut root = restricted_pod(&ns, "root", "Always");
+    root["spec"]["containers"][0]["securityContext"]["runAsUser"] = json!(0);
+    let pods = [
+        restricted_pod(&ns, "fit", "Always"),
+        restricted_pod(&ns, "cached", "IfNotPresent"),
+        plain.clone(),
+        root,
+    ];
+    for p in &pods {
+        eventually("the tenant admits the pod", || async {
+            create(c, p.clone()).await.ok()
+        })
+        .await;
+    }
+    let policy = env
+        .default_policy_in("walls-policy", std::slice::from_ref(&ns), false)
+        .await
+        .unwrap();
+    let t = env
+        .create_tenant_with(
+            "walls",
+            json!({"isolationProfileRef": pname, "syncPolicyRef": policy}),
+        )
+        .await
+        .unwrap();
+
+    host_object(&env, &t, "v1", "Pod", &format!("fit-x-{ns}"), |_| true).await;
+    let store = tenantplane_decision_log::open(&url).await.unwrap();
+    let decisions = |name: &'static str| {
+        let (store, t, ns) = (&store, t.clone(), ns.clone());
+        async move {
+            let filter = Filter {
+                tenant: Some(t),
+                subject: ObjectFilter::parse(&format!("Pod/{ns}/{name}")),
+                ..Default::default()
+            };
+            let page = store.query(Query::new(filter, 100)).await.unwrap();
+            page.entries
+                .into_iter()
+                .map(|e| e.decision)
+                .collect::<Vec<_>>()
+        }
+    };
+    let restricted = LevelVersion {
+        level: Level::Restricted,
+        version: Version::V1(34),
+    };
+    let stored_plain = get(c, "v1", "Pod", Some(&ns), "plain").await.unwrap();
+    let host_message = PodSecurityRefusal {
+        enforced: restricted,
+        findings: restricted.evaluate(&stored_plain),
+    }
+    .message(&format!("plain-x-{ns}"));
+    for (name, reason, rule, field) in [
+        (
+            "plain",
+            "PodSecurityForbidden",
+            "PodSecurity/allowPrivilegeEscalation".to_string(),
+            "spec.containers[0].securityContext.allowPrivilegeEscalation",
+        ),
+        (
+            "root",
+            "PodSecurityForbidden",
+            "PodSecurity/runAsUser".to_string(),
+            "spec.containers[0].securityContext.runAsUser",
+        ),
+        (
+            "cached",
+            "ProfileAdmissionForbidden",
+            format!("ValidatingAdmissionPolicy/tenantplane-{t}-image-pull-always"),
+            "spec.containers[].imagePullPolicy",
+        ),
+    ] {
+        let recorded = eventually(&format!("the decision about {name}"), || async {
+            let d = decisions(name).await;
+            (!d.is_empty()).then_some(d)
+        })
+        .await;
+        assert_eq!(
+            recorded.len(),
+            1,
+            "one decision about {name}: {recorded:#?}"
+        );
+        let d = &recorded[0];
+        assert_eq!(
+            (d.outcome.as_str(), d.reason.as_str(), d.action.as_str()),
+            ("Rejected", reason, "none"),
+            "{d:#?}"
+        );
+        let profile = d.profile.as_ref().expect("the profile that refused");
+        assert_eq!(
+            (profile.name.as_str(), profile.rule.as_deref()),
+            (pname.as_str(), Some(rule.as_str()))
+        );
+        assert_eq!(d.field_path.as_deref(), Some(field));
+        assert!(
+            get(
+                h,
+                "v1",
+                "Pod",
+                Some(&format!("tenant-{t}")),
+                &format!("{name}-x-{ns}")
+            )
+            .await
+            .is_none(),
+            "{name} was written to the host"
+        );
+    }
+    let plain_decision = &decisions("plain").await[0];
+    assert!(
+        plain_decision.message.ends_with(&host_message),
+        "the host's own words: {}",
+        plain_decision.message
+    );
+
+    // The tenant's namespace carries the profile's labels, and its admission policies are in
+    // place: a new such pod is refused at apply time, before anything is synced.
+    eventually("the tenant namespace's Pod Security labels", || async {
+        let n = get(c, "v1", "Namespace", None, &ns).await?;
+        (n["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
+            && n["metadata"]["labels"]["pod-security.kubernetes.io/enforce-version"] == "v1.34")
+            .then_some(())
+    })
+    .await;
+    // Dry runs, as a real API server takes a moment to put a new policy in effect.
+    let tenant_pods = kube::Api::<kube::api::DynamicObject>::namespaced_with(
+        c.clone(),
+        &ns,
+        &tenantplane_e2e::resource("v1", "Pod"),
+    );
+    let refusal = |object: Value, by: &'static str| {
+        let tenant_pods = tenant_pods.clone();
+        async move {
+            let dry_run = kube::api::PostParams {
+                dry_run: true,
+                ..Default::default()
+            };
+            let dynamic: kube::api::DynamicObject = serde_json::from_value(object).unwrap();
+            match tenant_pods.create(&dry_run, &dynamic).await {
+                Err(kube::Error::Api(status)) if status.message.contains(by) => {
+                    Some(status.message)
+                }
+                _ => None,
+            }
+        }
+    };
+    let mut late = plain.clone();
+    late["metadata"]["name"] = json!("late");
+    let refused = eventually("Pod Security in effect in the tenant", || {
+        refusal(late.clone(), "violates PodSecurity")
+    })
+    .await;
+    let stored_late = {
+        let mut p = late.clone();
+        tenantplane_core::boundary::complete_pod(&mut p, true);
+        p
+    };
+    let expected = PodSecurityRefusal {
+        enforced: restricted,
+        findings: restricted.evaluate(&stored_late),
+    }
+    .message("late");
+    assert_eq!(refused, expected);
+    let vap = format!("tenantplane-{t}-profile-image-pull-always");
+    let mut cached_late = restricted_pod(&ns, "cached-late", "IfNotPresent");
+    cached_late["metadata"]["name"] = json!("cached-late");
+    let refused = eventually("the profile's admission policy in effect", || {
+        refusal(cached_late.clone(), "ValidatingAdmissionPolicy")
+    })
+    .await;
+    assert!(
+        refused.contains(&format!(
+            "pods \"cached-late\" is forbidden: ValidatingAdmissionPolicy '{vap}' with binding \
+             '{vap}' denied request: every container of a tenant pod must use imagePullPolicy: \
+             Always"
+        )),
+        "{refused}"
+    );
 }

@@ -139,9 +139,12 @@ async fn each_decision_is_one_span_with_the_planner_compiler_and_host_calls_as_c
     )
     .await
     .unwrap();
-    // The host-network pod below is admitted by the tenant control plane (audited) and refused
-    // on the host side.
-    let policy = env.audited_default_policy().await.unwrap();
+    // The gitRepo pod below is admitted by the tenant control plane (the rule is audited there,
+    // and Pod Security baseline allows gitRepo) and refused on the host side.
+    let policy = env
+        .default_policy_in("traced-policy", &[env.name("shop")], true)
+        .await
+        .unwrap();
     let t = env
         .create_tenant_with(
             "traced",
@@ -163,8 +166,9 @@ async fn each_decision_is_one_span_with_the_planner_compiler_and_host_calls_as_c
     create(
         c,
         json!({"apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": "sniffer", "namespace": ns},
-        "spec": {"hostNetwork": true, "containers": [{"name": "a", "image": "tcpdump"}]}}),
+        "metadata": {"name": "cloner", "namespace": ns},
+        "spec": {"containers": [{"name": "a", "image": "busybox"}],
+                 "volumes": [{"name": "src", "gitRepo": {"repository": "https://example.com/x.git"}}]}}),
     )
     .await
     .unwrap();

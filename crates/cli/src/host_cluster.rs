@@ -9,6 +9,7 @@ use anyhow::Context;
 use kube::api::{Api, DynamicObject, ListParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::core::GroupVersionKind;
+use tenantplane_api::IsolationProfile;
 use tenantplane_core::collision::HostObjectMeta;
 use tenantplane_core::planner::HostState;
 
@@ -61,6 +62,21 @@ pub async fn read(
         }
     }
     Ok(host)
+}
+
+/// The IsolationProfile `name` of the host cluster, if it exists.
+pub async fn read_profile(
+    kubeconfig: &Path,
+    context: Option<&str>,
+    name: &str,
+) -> anyhow::Result<Option<IsolationProfile>> {
+    let config = config(Some(kubeconfig), context).await?;
+    let cluster = config.cluster_url.clone();
+    let client = kube::Client::try_from(config).context("building the host cluster client")?;
+    Api::<IsolationProfile>::all(client)
+        .get_opt(name)
+        .await
+        .with_context(|| format!("reading IsolationProfile {name} from the host cluster {cluster}"))
 }
 
 /// A client for the cluster of `kubeconfig` (default: `KUBECONFIG` or `~/.kube/config`) at

@@ -76,7 +76,7 @@ fn explains_each_reject_rule_and_defaults_to_the_builtin_policy() {
         lines[1].starts_with("RULE") && lines[1].contains("AT ADMISSION"),
         "{table}"
     );
-    assert_eq!(lines.len(), 12, "{table}");
+    assert_eq!(lines.len(), 15, "the header lines and 13 rules: {table}");
     assert!(
         lines.iter().any(|l| l.starts_with("no-host-network")
             && l.contains("tenantplane-acme-no-host-network")
@@ -100,5 +100,44 @@ fn a_policy_that_does_not_compile_names_the_field() {
     assert!(
         err.contains("spec.rules[0].admission: only a Reject rule is enforced at admission, and rule s is a Sync"),
         "{err}"
+    );
+}
+
+#[test]
+fn with_a_profile_its_admission_policies_join_and_its_pod_security_labels_are_listed() {
+    let yaml = stdout(&tenantplane(&[
+        "--profile",
+        "examples/isolationprofile.yaml",
+        "--tenant",
+        "acme",
+    ]));
+    let docs: Vec<serde_json::Value> = serde_norway::Deserializer::from_str(&yaml)
+        .map(|d| serde::Deserialize::deserialize(d).unwrap())
+        .collect();
+    let names: Vec<&str> = docs
+        .iter()
+        .filter(|d| d["kind"] == "ValidatingAdmissionPolicy")
+        .filter_map(|d| d["metadata"]["name"].as_str())
+        .filter(|n| n.starts_with("tenantplane-acme-profile-"))
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "tenantplane-acme-profile-image-pull-always",
+            "tenantplane-acme-profile-no-node-ports"
+        ],
+        "protect-managed is about who writes on the host, not the tenant's"
+    );
+    let table = stdout(&tenantplane(&[
+        "--profile",
+        "examples/isolationprofile.yaml",
+        "--explain",
+    ]));
+    assert!(
+        table.contains(
+            "IsolationProfile acme-isolation (generation 0): Pod Security labels on every namespace \
+             but kube-system, kube-public, kube-node-lease: pod-security.kubernetes.io/audit=restricted"
+        ),
+        "{table}"
     );
 }

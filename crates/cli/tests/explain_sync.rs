@@ -36,6 +36,8 @@ const EXAMPLES: &[&str] = &[
     "examples/tenant.yaml",
     "--policy",
     "examples/syncpolicy.yaml",
+    "--profile",
+    "examples/isolationprofile.yaml",
     "--host",
     "examples/host",
 ];
@@ -191,6 +193,99 @@ fn a_bad_policy_or_a_missing_path_is_a_clear_error() {
     assert_eq!(out.status.code(), Some(2));
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("no/such/dir: no such file or directory")
+    );
+}
+
+const POD_SECURITY: &[&str] = &[
+    "explain-sync",
+    "examples/hostile/tenant/pod-security.yaml",
+    "--tenant",
+    "examples/hostile/tenant.yaml",
+    "--profile",
+    "examples/hostile/isolationprofile.yaml",
+];
+
+#[test]
+fn what_the_profile_refuses_is_predicted_with_the_check_and_what_the_tenant_does_at_apply() {
+    let out = tenantplane(POD_SECURITY, None);
+    assert_golden(
+        "explain-sync-pod-security.txt",
+        &String::from_utf8(out.stdout).unwrap(),
+    );
+    let mut json_args = POD_SECURITY.to_vec();
+    json_args.extend(["-o", "json"]);
+    let out = tenantplane(&json_args, None);
+    let results: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
+    let plain = &results[1]["decision"];
+    assert_eq!(plain["subject"]["name"], "plain");
+    assert_eq!(
+        plain["profile"],
+        serde_json::json!({"name": "hostile-restricted", "generation": 0,
+            "fieldPath": "spec.level", "rule": "PodSecurity/allowPrivilegeEscalation"})
+    );
+    assert!(
+        plain["message"].as_str().unwrap().ends_with(
+            "pods \"plain-x-lab\" is forbidden: violates PodSecurity \"restricted:v1.34\": \
+             allowPrivilegeEscalation != false (container \"app\" must set \
+             securityContext.allowPrivilegeEscalation=false), unrestricted capabilities (container \
+             \"app\" must set securityContext.capabilities.drop=[\"ALL\"]), runAsNonRoot != true \
+             (pod or container \"app\" must set securityContext.runAsNonRoot=true), seccompProfile \
+             (pod or container \"app\" must set securityContext.seccompProfile.type to \
+             \"RuntimeDefault\" or \"Localhost\")"
+        ),
+        "{plain}"
+    );
+    assert_eq!(
+        results[1]["tenantAdmission"],
+        serde_json::json!({"atApply": "podSecurity", "enforced": "restricted:v1.34"})
+    );
+    let pinned = &results[6]["decision"]["message"];
+    assert!(
+        pinned.as_str().unwrap().contains(
+            "spec.nodeName dropped: the host's scheduler places the pod; 1 of spec.tolerations \
+             dropped"
+        ),
+        "{pinned}"
+    );
+
+    // Without --profile, the profile the Tenant names is looked for among --host: not there, so
+    // the prediction goes without it, and says so.
+    let out = tenantplane(
+        &[
+            "explain-sync",
+            "examples/hostile/tenant/pod-security.yaml",
+            "--tenant",
+            "examples/hostile/tenant.yaml",
+            "--host",
+            "examples/hostile/host",
+        ],
+        None,
+    );
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        stderr.contains(
+            "warning: Tenant hostile names IsolationProfile hostile-restricted, which is not among \
+             the --host documents"
+        ),
+        "{stderr}"
+    );
+    // Among --host, it is found.
+    let out = tenantplane(
+        &[
+            "explain-sync",
+            "examples/hostile/tenant/pod-security.yaml",
+            "--tenant",
+            "examples/hostile/tenant.yaml",
+            "--host",
+            "examples/hostile/host",
+            "--host",
+            "examples/hostile/isolationprofile.yaml",
+        ],
+        None,
+    );
+    assert_golden(
+        "explain-sync-pod-security.txt",
+        &String::from_utf8(out.stdout).unwrap(),
     );
 }
 

@@ -6,18 +6,34 @@ use std::process::Command;
 use tenantplane_grpc::PlannerService;
 use tokio_stream::wrappers::TcpListenerStream;
 
+const EXAMPLES: &[&str] = &[
+    "explain-sync",
+    "examples/workloads",
+    "--tenant",
+    "examples/tenant.yaml",
+    "--policy",
+    "examples/syncpolicy.yaml",
+    "--host",
+    "examples/host",
+];
+
+/// The pods an IsolationProfile refuses and admits.
+const POD_SECURITY: &[&str] = &[
+    "explain-sync",
+    "examples/hostile/tenant/pod-security.yaml",
+    "--tenant",
+    "examples/hostile/tenant.yaml",
+    "--profile",
+    "examples/hostile/isolationprofile.yaml",
+];
+
 fn explain(extra: &[&str]) -> std::process::Output {
+    run(EXAMPLES, extra)
+}
+
+fn run(args: &[&str], extra: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_tenantplane"))
-        .args([
-            "explain-sync",
-            "examples/workloads",
-            "--tenant",
-            "examples/tenant.yaml",
-            "--policy",
-            "examples/syncpolicy.yaml",
-            "--host",
-            "examples/host",
-        ])
+        .args(args)
         .args(extra)
         .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
         .output()
@@ -34,16 +50,20 @@ async fn the_planner_service_and_the_offline_run_print_the_same_table() {
             .serve_with_incoming(TcpListenerStream::new(listener)),
     );
     let planner = format!("http://{addr}");
-    let (offline, remote) =
-        tokio::task::spawn_blocking(move || (explain(&[]), explain(&["--planner", &planner])))
-            .await
-            .unwrap();
-    assert!(!offline.stdout.is_empty());
-    assert_eq!(
-        String::from_utf8(remote.stdout).unwrap(),
-        String::from_utf8(offline.stdout).unwrap()
-    );
-    assert_eq!(remote.status.code(), offline.status.code());
+    for args in [EXAMPLES, POD_SECURITY] {
+        let planner = planner.clone();
+        let (offline, remote) = tokio::task::spawn_blocking(move || {
+            (run(args, &[]), run(args, &["--planner", &planner]))
+        })
+        .await
+        .unwrap();
+        assert!(!offline.stdout.is_empty());
+        assert_eq!(
+            String::from_utf8(remote.stdout).unwrap(),
+            String::from_utf8(offline.stdout).unwrap()
+        );
+        assert_eq!(remote.status.code(), offline.status.code());
+    }
 }
 
 #[tokio::test]

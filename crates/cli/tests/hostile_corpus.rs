@@ -4,7 +4,8 @@
 //!
 //! The corpus's tenant objects reach, through every field the translation rewrites, host objects
 //! the tenant does not own (the platform's, another tenant's, another of its own objects' under
-//! v1), meet at one host name under v1, and include a service-account token Secret. The host
+//! v1), meet at one host name under v1, include a service-account token Secret, and pods the
+//! corpus's restricted IsolationProfile refuses (or the SyncPolicy first) and admits. The host
 //! namespace gets the corpus's host objects first and the tenant control plane the tenant
 //! objects; explain-sync then predicts, over the objects as the control plane stored them and from
 //! the live host (`--host-kubeconfig`), as a platform engineer would before creating the Tenant;
@@ -41,6 +42,12 @@ fn read_corpus(dir: &str) -> Vec<Value> {
         }
     }
     objects
+}
+
+/// The corpus's IsolationProfile.
+fn read_profile() -> Value {
+    let text = std::fs::read_to_string(format!("{CORPUS}/isolationprofile.yaml")).unwrap();
+    serde_norway::from_str(&text).unwrap()
 }
 
 /// The corpus made unique to the run: tenant namespaces `ns` become `ns-RUN`, and so does the
@@ -107,6 +114,7 @@ fn said(decision: &Value) -> Value {
         "outcome",
         "action",
         "policy",
+        "profile",
         "reason",
         "message",
         "fieldPath",
@@ -123,11 +131,12 @@ fn said(decision: &Value) -> Value {
     said
 }
 
-/// explain-sync's prediction for `inputs` (a directory), with the host read from `kubeconfig`:
-/// each planned object's decision by identity.
+/// explain-sync's prediction for `inputs` (a directory), for the Tenant and SyncPolicy in these
+/// files, with the host (the Tenant's IsolationProfile included) read from `kubeconfig`: each
+/// planned object's decision by identity.
 fn explain(
     inputs: &std::path::Path,
-    tenant: &std::path::Path,
+    (tenant, policy): (&std::path::Path, &std::path::Path),
     kubeconfig: &std::path::Path,
 ) -> BTreeMap<String, Value> {
     let out = Command::new(env!("CARGO_BIN_EXE_tenantplane"))
@@ -135,6 +144,8 @@ fn explain(
         .arg(inputs)
         .arg("--tenant")
         .arg(tenant)
+        .arg("--policy")
+        .arg(policy)
         .arg("--host-kubeconfig")
         .arg(kubeconfig)
         .args(["-o", "json", "--fail-on", "none"])
@@ -244,6 +255,34 @@ async fn every_prediction_about_the_hostile_corpus_comes_true_under_v1_and_v2() 
     }
     std::fs::write(inputs.join("corpus.yaml"), corpus_yaml).unwrap();
 
+    // The Tenants' IsolationProfile, and a SyncPolicy that is the built-in default for the
+    // corpus's namespaces only: the profile's Pod Security labels and admission policies go in
+    // the namespaces the policy syncs, and a shared tenant control plane has others.
+    let profile = env.name("hostile-restricted");
+    let mut profile_doc = read_profile();
+    profile_doc["metadata"]["name"] = json!(profile);
+    create(&env.host.client, profile_doc).await.unwrap();
+    let run_namespaces: Vec<String> = namespaces.iter().map(|ns| renamer.namespace(ns)).collect();
+    let policy = env
+        .default_policy_in("hostile-policy", &run_namespaces, false)
+        .await
+        .unwrap();
+    let policy_file = dir.path().join("policy.yaml");
+    let stored_policy = get(
+        &env.host.client,
+        "tenantplane.io/v1alpha1",
+        "SyncPolicy",
+        None,
+        &policy,
+    )
+    .await
+    .unwrap();
+    std::fs::write(
+        &policy_file,
+        serde_norway::to_string(&stored_policy).unwrap(),
+    )
+    .unwrap();
+
     for mapping in ["v1", "v2"] {
         let base = format!("hostile-{mapping}");
         let tenant = env.name(&base);
@@ -270,18 +309,25 @@ async fn every_prediction_about_the_hostile_corpus_comes_true_under_v1_and_v2() 
             serde_norway::to_string(&json!({
                 "apiVersion": "tenantplane.io/v1alpha1", "kind": "Tenant",
                 "metadata": {"name": tenant},
-                "spec": {"mappingVersion": mapping, "controlPlane": {"kubeconfigSecret":
+                "spec": {"mappingVersion": mapping, "isolationProfileRef": profile,
+                    "syncPolicyRef": policy, "controlPlane": {"kubeconfigSecret":
                     {"namespace": "tenantplane-system", "name": "unused", "key": "config"}}},
             }))
             .unwrap(),
         )
         .unwrap();
         let predicted = {
-            let (inputs, tenant_file, kubeconfig) =
-                (inputs.clone(), tenant_file.clone(), kubeconfig.clone());
-            tokio::task::spawn_blocking(move || explain(&inputs, &tenant_file, &kubeconfig))
-                .await
-                .unwrap()
+            let (inputs, tenant_file, policy_file, kubeconfig) = (
+                inputs.clone(),
+                tenant_file.clone(),
+                policy_file.clone(),
+                kubeconfig.clone(),
+            );
+            tokio::task::spawn_blocking(move || {
+                explain(&inputs, (&tenant_file, &policy_file), &kubeconfig)
+            })
+            .await
+            .unwrap()
         };
         assert_eq!(predicted.len(), tenant_objects.len(), "{predicted:#?}");
 
@@ -331,11 +377,30 @@ async fn every_prediction_about_the_hostile_corpus_comes_true_under_v1_and_v2() 
             ],
         };
         assert_eq!(collisions, expected, "under {mapping}");
+        for (pod, expected) in [
+            ("fit", ("Synced", "WorkloadKind")),
+            ("plain", ("Rejected", "PodSecurityForbidden")),
+            ("root", ("Rejected", "PodSecurityForbidden")),
+            ("prober", ("Rejected", "PodSecurityForbidden")),
+            ("cached", ("Rejected", "ProfileAdmissionForbidden")),
+            ("cloner", ("Rejected", "GitRepoVolumeForbidden")),
+            ("pinned", ("Synced", "WorkloadKind")),
+        ] {
+            assert_eq!(
+                outcome(&format!("Pod/lab/{pod}")),
+                (expected.0.into(), expected.1.into()),
+                "{pod} under {mapping}"
+            );
+        }
 
         // The syncer's decisions.
-        env.create_tenant_with(&base, json!({"mappingVersion": mapping}))
-            .await
-            .unwrap();
+        env.create_tenant_with(
+            &base,
+            json!({"mappingVersion": mapping, "isolationProfileRef": profile,
+                   "syncPolicyRef": policy}),
+        )
+        .await
+        .unwrap();
         let deadline = tokio::time::Instant::now() + timeout() * 2;
         let mismatches = loop {
             let mut mismatches = Vec::new();

@@ -103,13 +103,13 @@ fn main() {
         // Single object round trips (the first calls warm the connection and policy cache).
         let one = &batch[..1];
         for _ in 0..200 {
-            client.plan(&tenant, None, one, &[]).await.unwrap();
+            client.plan(&tenant, None, None, one, &[]).await.unwrap();
         }
         let mut latencies = Vec::with_capacity(SINGLE_CALLS);
         for i in 0..SINGLE_CALLS {
             let object = &batch[i % BATCH..i % BATCH + 1];
             let start = Instant::now();
-            client.plan(&tenant, None, object, &[]).await.unwrap();
+            client.plan(&tenant, None, None, object, &[]).await.unwrap();
             latencies.push(start.elapsed());
         }
         latencies.sort();
@@ -119,7 +119,7 @@ fn main() {
         // `Plan::to_decision` over objects already in memory.
         let planner = Planner::new(&tenant, CompiledPolicy::builtin_default());
         let host = HostState::default();
-        client.plan(&tenant, None, &batch, &[]).await.unwrap();
+        client.plan(&tenant, None, None, &batch, &[]).await.unwrap();
         let (mut local, mut remote) = (Duration::ZERO, Duration::ZERO);
         let (mut local_cpu, mut remote_cpu) = (Duration::ZERO, Duration::ZERO);
         for _ in 0..BATCHES {
@@ -137,7 +137,7 @@ fn main() {
             local_cpu += process_cpu() - cpu;
             let cpu = process_cpu();
             let start = Instant::now();
-            let planned = client.plan(&tenant, None, &batch, &[]).await.unwrap();
+            let planned = client.plan(&tenant, None, None, &batch, &[]).await.unwrap();
             assert_eq!(planned.len(), BATCH);
             drop(planned);
             remote += start.elapsed();

@@ -100,17 +100,20 @@ impl PlannerClient {
     }
 
     /// Plans `objects` of `tenant` under `sync_policy` (its YAML or JSON text; `None` for the
-    /// built-in default) against the `host` objects at their target names, in order: the remote
-    /// twin of `Planner::plan_all` followed by `Plan::to_decision`. Large batches are sent as
-    /// several requests.
+    /// built-in default) and the isolation boundary of `isolation_profile` (its YAML or JSON
+    /// text; `None` when the tenant has none) against the `host` objects at their target names,
+    /// in order: the remote twin of `Planner::plan_batch` followed by `Plan::to_decision`. Large
+    /// batches are sent as several requests. A planner that predates isolation profiles, and so
+    /// planned without the one sent, is an error.
     pub async fn plan(
         &mut self,
         tenant: &Tenant,
         sync_policy: Option<&str>,
+        isolation_profile: Option<&str>,
         objects: &[TenantObject],
         host: &[HostObjectMeta],
     ) -> Result<Vec<PlannedObject>, ClientError> {
-        self.plan_traced(tenant, sync_policy, objects, host, &[])
+        self.plan_traced(tenant, sync_policy, isolation_profile, objects, host, &[])
             .await
     }
 
@@ -122,6 +125,7 @@ impl PlannerClient {
         &mut self,
         tenant: &Tenant,
         sync_policy: Option<&str>,
+        isolation_profile: Option<&str>,
         objects: &[TenantObject],
         host: &[HostObjectMeta],
         trace_contexts: &[String],
@@ -150,6 +154,7 @@ impl PlannerClient {
             each: PlanRequest {
                 tenant: Some(to_proto::tenant(tenant)),
                 sync_policy: sync_policy.unwrap_or_default().as_bytes().to_vec(),
+                isolation_profile: isolation_profile.unwrap_or_default().as_bytes().to_vec(),
                 // The form planner.proto recommends to a client that runs the mapping scheme:
                 // each plan carries only what is not derived here from the objects sent and the
                 // response. Under another mapping version the answer is complete (the standard
@@ -202,6 +207,14 @@ impl PlannerClient {
                 return Ok(planned);
             };
             let (response, sent) = answer?;
+            if isolation_profile.is_some() && response.isolation_profile.is_none() {
+                return Err(FieldError::new(
+                    "isolation_profile",
+                    "is absent: the planner predates isolation profiles and planned without the \
+                     one sent",
+                )
+                .into());
+            }
             complete(&mut planned, &batch.tenant, response, sent)?;
         }
     }

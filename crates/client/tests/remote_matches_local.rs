@@ -12,6 +12,7 @@ use tenantplane_api::{IsolationProfile, Tenant};
 use tenantplane_client::{
     ClientConfig, ClientError, HostObjectSource, IsolationClient, PlannedObject, PlannerClient,
 };
+use tenantplane_core::boundary::Boundary;
 use tenantplane_core::collision::HostObjectMeta;
 use tenantplane_core::decision::Stamp;
 use tenantplane_core::mapping::{LATEST_MAPPING_VERSION, TenantPlacement};
@@ -83,14 +84,18 @@ fn host_objects() -> Vec<HostObjectMeta> {
 /// What explain-sync computes offline.
 fn local(
     tenant: &Tenant,
-    policy: Option<&str>,
+    (policy, profile): (Option<&str>, Option<&str>),
     objects: &[TenantObject],
     host: &[HostObjectMeta],
 ) -> Vec<PlannedObject> {
     let policy = policy.map_or_else(CompiledPolicy::builtin_default, |p| {
         CompiledPolicy::from_yaml(p).unwrap()
     });
-    let planner = Planner::new(tenant, policy);
+    let mut planner = Planner::new(tenant, policy);
+    if let Some(profile) = profile {
+        let profile = serde_norway::from_str(profile).unwrap();
+        planner = planner.with_boundary(Boundary::compile(tenant, &profile).unwrap());
+    }
     let mut state = HostState::default();
     for meta in host {
         state.insert(meta.clone());
@@ -134,15 +139,21 @@ async fn remote_plans_equal_in_process_plans() {
     let objects = tenant_objects();
     assert!(objects.len() >= 10, "the examples hold a real batch");
     let host = host_objects();
-    for policy in [None, Some(example("syncpolicy.yaml"))] {
+    let profile = example("isolationprofile.yaml");
+    for rules in [
+        (None, None),
+        (Some(example("syncpolicy.yaml")), None),
+        (None, Some(profile.clone())),
+    ] {
+        let rules = (rules.0.as_deref(), rules.1.as_deref());
         let remote = client
-            .plan(&tenant, policy.as_deref(), &objects, &host)
+            .plan(&tenant, rules.0, rules.1, &objects, &host)
             .await
             .unwrap();
         for p in &remote {
             assert_eq!(p.decision.component, "tenantplane-planner");
         }
-        let expected = comparable(local(&tenant, policy.as_deref(), &objects, &host));
+        let expected = comparable(local(&tenant, rules, &objects, &host));
         assert_eq!(comparable(remote), expected);
         // Every outcome the examples exercise came across the wire.
         let outcomes: std::collections::BTreeSet<_> =
@@ -157,7 +168,7 @@ fn boxed_plan<'a>(
     tenant: &'a Tenant,
     objects: &'a [TenantObject],
 ) -> BoxFuture<'a, Result<Vec<PlannedObject>, ClientError>> {
-    Box::pin(client.plan(tenant, None, objects, &[]))
+    Box::pin(client.plan(tenant, None, None, objects, &[]))
 }
 
 #[tokio::test]
@@ -179,7 +190,7 @@ async fn batches_larger_than_one_request_keep_their_order() {
     assert_eq!(remote.len(), objects.len());
     assert_eq!(
         comparable(remote),
-        comparable(local(&tenant, None, &objects, &[]))
+        comparable(local(&tenant, (None, None), &objects, &[]))
     );
 }
 
@@ -249,8 +260,11 @@ async fn only_the_host_objects_at_the_targets_are_sent() {
     let tenant = Tenant::new("crowded", Default::default());
     // 6,000 host objects of over 1 KiB each: more than the 4 MiB a request may have.
     let (objects, host) = with_a_large_host_set(&tenant, 2500, 6000);
-    let remote = client.plan(&tenant, None, &objects, &host).await.unwrap();
-    let expected = comparable(local(&tenant, None, &objects, &host));
+    let remote = client
+        .plan(&tenant, None, None, &objects, &host)
+        .await
+        .unwrap();
+    let expected = comparable(local(&tenant, (None, None), &objects, &host));
     let actions: std::collections::BTreeSet<_> = expected
         .iter()
         .map(|p| format!("{:?} {:?}", p.plan.outcome, p.plan.action))
@@ -338,10 +352,13 @@ async fn a_planner_under_another_mapping_gets_every_host_object() {
     let mut client = PlannerClient::connect(&config).await.unwrap();
     let tenant = Tenant::new("upgrading", Default::default());
     let (objects, host) = with_a_large_host_set(&tenant, 10, 20);
-    let remote = client.plan(&tenant, None, &objects, &host).await.unwrap();
+    let remote = client
+        .plan(&tenant, None, None, &objects, &host)
+        .await
+        .unwrap();
     assert_eq!(
         comparable(remote),
-        comparable(local(&tenant, None, &objects, &host))
+        comparable(local(&tenant, (None, None), &objects, &host))
     );
     // First the host objects at the client's targets, then, as the answer's placements were not
     // derived under the client's mapping, all of them.
@@ -357,10 +374,13 @@ async fn the_client_asks_for_minimal_plans_alone() {
     let mut client = PlannerClient::connect(&config).await.unwrap();
     let tenant = Tenant::new("current", Default::default());
     let (objects, host) = with_a_large_host_set(&tenant, 10, 20);
-    let remote = client.plan(&tenant, None, &objects, &host).await.unwrap();
+    let remote = client
+        .plan(&tenant, None, None, &objects, &host)
+        .await
+        .unwrap();
     assert_eq!(
         comparable(remote),
-        comparable(local(&tenant, None, &objects, &host))
+        comparable(local(&tenant, (None, None), &objects, &host))
     );
     assert_eq!(
         *planner.forms.lock().unwrap(),
@@ -382,10 +402,13 @@ async fn a_planner_that_predates_minimal_plans_is_understood() {
     let mut client = PlannerClient::connect(&config).await.unwrap();
     let tenant = Tenant::new("older", Default::default());
     let (objects, host) = with_a_large_host_set(&tenant, 10, 20);
-    let remote = client.plan(&tenant, None, &objects, &host).await.unwrap();
+    let remote = client
+        .plan(&tenant, None, None, &objects, &host)
+        .await
+        .unwrap();
     assert_eq!(
         comparable(remote),
-        comparable(local(&tenant, None, &objects, &host))
+        comparable(local(&tenant, (None, None), &objects, &host))
     );
     // Its placements were not derived under the client's mapping, so, as from a planner under
     // another mapping, the request was sent again with every host object.
@@ -425,7 +448,13 @@ async fn refusals_come_back_as_field_violations() {
     }))
     .unwrap();
     let error = client
-        .plan(&tenant, Some("spec: {rules: [{name: x}]}"), &[object], &[])
+        .plan(
+            &tenant,
+            Some("spec: {rules: [{name: x}]}"),
+            None,
+            &[object],
+            &[],
+        )
         .await
         .unwrap_err();
     let ClientError::Status(status) = &error else {
@@ -561,7 +590,7 @@ async fn a_client_that_does_not_ask_gets_full_decisions_and_placements() {
     // Read back, each decision is the record the core builds in process.
     let (_, full) = plan_without_asking(&config).await;
     let policy = example("syncpolicy.yaml");
-    let local = local(&tenant, Some(&policy), &objects, &host_objects());
+    let local = local(&tenant, (Some(&policy), None), &objects, &host_objects());
     assert_eq!(comparable(full), comparable(local));
 }
 
@@ -689,7 +718,13 @@ async fn compact_and_full_decisions_are_the_same_plans_and_decisions() {
     // PlannerClient asks for minimal plans and rebuilds the very plans and records of the full
     // forms, stripped keys and their mention in the message included.
     let rebuilt = client
-        .plan(&tenant, Some(&example("syncpolicy.yaml")), &objects, &host)
+        .plan(
+            &tenant,
+            Some(&example("syncpolicy.yaml")),
+            None,
+            &objects,
+            &host,
+        )
         .await
         .unwrap();
     assert_eq!(comparable(rebuilt), comparable(full));
@@ -738,7 +773,7 @@ fn a_derived_placement_that_lands_elsewhere_is_refused() {
     let tenant: Tenant = serde_norway::from_str(&example("tenant.yaml")).unwrap();
     let placement = TenantPlacement::from(&tenant);
     let object = objects_with_a_resource_version().pop().unwrap();
-    let planned = local(&tenant, None, std::slice::from_ref(&object), &[]).remove(0);
+    let planned = local(&tenant, (None, None), std::slice::from_ref(&object), &[]).remove(0);
     let stamp = Stamp::now("tenantplane-planner");
     let mut p = to_proto::object_plan(
         object.identity.clone(),

@@ -163,7 +163,8 @@ pub struct PolicyRef {
     pub rule: Option<String>,
 }
 
-/// The IsolationProfile field that decided (for isolation objects).
+/// The IsolationProfile that decided: for its compiled objects, the fields that produced each;
+/// for a tenant object the host would refuse under it, the fields and the rule that refuse.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ProfileRef {
@@ -171,8 +172,13 @@ pub struct ProfileRef {
     pub name: String,
     /// Its metadata.generation.
     pub generation: i64,
-    /// Field path that produced the object (e.g. `spec.network.allowDns`).
+    /// Profile fields that produced the object, or its refusal, comma-separated (e.g.
+    /// `spec.network.allowDns`, `spec.level`).
     pub field_path: String,
+    /// For a refusal: the profile's rule that refuses, `PodSecurity/<check>` (a check of the Pod
+    /// Security Standards, by its Kubernetes id) or `ValidatingAdmissionPolicy/<name>`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rule: Option<String>,
 }
 
 /// One sync decision.

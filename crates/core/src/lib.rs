@@ -6,12 +6,16 @@
 //!        └──────▶ mapping::place ──▶ Placement ──▶ collision::check(existing host object)
 //!                                                            │
 //!                        planner::Planner::plan ◀────────────┘──▶ Plan ──▶ decision::Decision
+//!                                 │
+//!        translate::to_host ──▶ host object ──▶ boundary::Boundary::admit (Pod Security,
+//!                                               the IsolationProfile's admission policies)
 //! ```
 //!
 //! No Kubernetes client, no gRPC, no async I/O: `tenantplane explain-sync`, the planner service
 //! and the syncer all call these functions, so an offline prediction is the same computation the
 //! syncer performs against live clusters.
 
+pub mod boundary;
 pub mod collision;
 pub mod decision;
 pub mod documents;
@@ -19,6 +23,7 @@ pub mod mapping;
 pub mod object;
 pub mod parallel;
 pub mod planner;
+pub mod pod_security;
 pub mod policy;
 pub mod reference;
 pub mod scope;

@@ -1,8 +1,9 @@
-//! The planner: a SyncPolicy verdict, a placement, a collision check, the translation's refusals
-//! and the reference check, combined into a plan and then a decision. This is the computation
-//! the planner service serves, the syncer acts on and `tenantplane explain-sync` prints: every
-//! refusal the syncer can record about a tenant object is decided here, so that the offline
-//! answer is the live one.
+//! The planner: a SyncPolicy verdict, a placement, a collision check, the translation's refusals,
+//! the reference check and the tenant's isolation boundary (what the host's admission refuses
+//! under its IsolationProfile), combined into a plan and then a decision. This is the
+//! computation the planner service serves, the syncer acts on and `tenantplane explain-sync`
+//! prints: every refusal the syncer can record about a tenant object is decided here, so that
+//! the offline answer is the live one.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -11,8 +12,11 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use tenantplane_api::{SyncAction, Tenant};
 
+use crate::boundary::{Boundary, ProfileRefusal};
 use crate::collision::{self, Collision, ConflictCause, HostObjectMeta};
-use crate::decision::{Decision, HostAction, HostTarget, Outcome, PolicyRef, Stamp, Subject};
+use crate::decision::{
+    Decision, HostAction, HostTarget, Outcome, PolicyRef, ProfileRef, Stamp, Subject,
+};
 use crate::mapping::{self, MappingVersion, Placement, TenantPlacement};
 use crate::object::{SourceIdentity, TenantObject, group_of};
 use crate::parallel;
@@ -20,11 +24,13 @@ use crate::policy::{CompiledPolicy, Verdict};
 use crate::reference::{self, HostObjects};
 use crate::translate::{self, HostDesired, Untranslatable};
 
-/// A tenant and its compiled SyncPolicy: everything needed to plan its objects.
+/// A tenant, its compiled SyncPolicy and its isolation boundary: everything needed to plan its
+/// objects.
 #[derive(Debug)]
 pub struct Planner {
     tenant: TenantPlacement,
     policy: CompiledPolicy,
+    boundary: Option<Boundary>,
 }
 
 /// What the planner decided for one tenant object, before anything is written.
@@ -47,15 +53,55 @@ pub struct Plan {
     pub reason: String,
     /// Human message of the outcome.
     pub message: String,
+    /// The IsolationProfile under which the host would refuse the object, when it would.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profile: Option<ProfileRef>,
+}
+
+/// Why a plan that would write is refused instead.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// The translation or the reference check refuses it.
+    Untranslatable(Untranslatable),
+    /// The host would refuse it under the tenant's IsolationProfile.
+    Profile(Box<ProfileRefusal>),
+}
+
+impl From<Untranslatable> for Refusal {
+    fn from(r: Untranslatable) -> Self {
+        Refusal::Untranslatable(r)
+    }
+}
+
+impl From<Box<ProfileRefusal>> for Refusal {
+    fn from(r: Box<ProfileRefusal>) -> Self {
+        Refusal::Profile(r)
+    }
 }
 
 impl Planner {
-    /// A planner for `tenant` under `policy`.
+    /// A planner for `tenant` under `policy`, without an isolation boundary: what the host's
+    /// admission refuses shows only when the syncer writes (`HostRefused`).
     pub fn new(tenant: &Tenant, policy: CompiledPolicy) -> Self {
         Planner {
             tenant: tenant.into(),
             policy,
+            boundary: None,
         }
+    }
+
+    /// The same planner, refusing what the host's admission would refuse under `boundary` (the
+    /// tenant's compiled IsolationProfile).
+    pub fn with_boundary(self, boundary: Boundary) -> Self {
+        Planner {
+            boundary: Some(boundary),
+            ..self
+        }
+    }
+
+    /// The isolation boundary in force, if any.
+    pub fn boundary(&self) -> Option<&Boundary> {
+        self.boundary.as_ref()
     }
 
     /// The tenant's name.
@@ -109,16 +155,20 @@ impl Planner {
         settle_shared_names(&self.tenant, objects, plans);
     }
 
-    /// The translation of a planned object, with its references checked against `host`: what
-    /// the syncer writes, or the refusal it records.
+    /// The translation of a planned object, with its references checked against `host` and the
+    /// host's admission of it under the isolation boundary: what the syncer writes, or the
+    /// refusal it records.
     pub fn translate(
         &self,
         object: &TenantObject,
         plan: &Plan,
         host: &(impl HostObjects + ?Sized),
-    ) -> Result<HostDesired, Untranslatable> {
+    ) -> Result<HostDesired, Refusal> {
         let desired = translate::to_host(&self.tenant, object, &plan.placement)?;
         reference::check(&self.tenant, &desired.references, host)?;
+        if let Some(boundary) = &self.boundary {
+            boundary.admit(&desired.object, plan.action)?;
+        }
         Ok(desired)
     }
 
@@ -215,6 +265,7 @@ impl Planner {
             action,
             reason,
             message,
+            profile: None,
         }
     }
 }
@@ -365,6 +416,7 @@ impl Plan {
         decision.reason = self.reason.clone();
         decision.message = self.decision_message();
         decision.field_path = self.verdict.field_path.clone();
+        decision.profile = self.profile.clone();
     }
 
     /// Says, in the message of a plan that writes, what the translation changed on the way
@@ -375,14 +427,27 @@ impl Plan {
         }
     }
 
-    /// Turns a plan that would write into the refusal the translation or the reference check
-    /// returned: Rejected, nothing written, the offending field named.
-    pub fn refuse(&mut self, refusal: Untranslatable) {
+    /// Turns a plan that would write into the refusal the translation, the reference check or
+    /// the isolation boundary returned: Rejected, nothing written, the offending field named
+    /// (and for the boundary, the profile and its rule).
+    pub fn refuse(&mut self, refusal: impl Into<Refusal>) {
         self.outcome = Outcome::Rejected;
         self.action = HostAction::None;
-        self.reason = refusal.reason.to_string();
-        self.message = format!("cannot be placed on the host safely: {}", refusal.message);
-        self.verdict.field_path = Some(refusal.field_path);
+        match refusal.into() {
+            Refusal::Untranslatable(refusal) => {
+                self.profile = None;
+                self.reason = refusal.reason.to_string();
+                self.message = format!("cannot be placed on the host safely: {}", refusal.message);
+                self.verdict.field_path = Some(refusal.field_path);
+            }
+            Refusal::Profile(refusal) => {
+                let refusal = *refusal;
+                self.reason = refusal.reason.to_string();
+                self.message = refusal.message();
+                self.verdict.field_path = Some(refusal.field_path);
+                self.profile = Some(refusal.profile);
+            }
+        }
     }
 
     /// Turns a plan that would create its host object into a Conflict with `by`, another object
@@ -462,7 +527,7 @@ impl Plan {
                 revision: self.verdict.policy_revision.clone(),
                 rule: self.verdict.rule.clone(),
             }),
-            profile: None,
+            profile: self.profile.clone(),
             reason: self.reason.clone(),
             message,
             field_path: self.verdict.field_path.clone(),

@@ -21,8 +21,11 @@ use crate::object::TenantObject;
 
 mod admission;
 mod direct;
+pub mod validating;
 
-pub use admission::{AtApply, RuleAdmission, TenantAdmission};
+pub use admission::{
+    AtApply, EXEMPT_NAMESPACES, RuleAdmission, TenantAdmission, TenantIsolation, TenantPolicy,
+};
 
 /// The policy tenantplane ships: rejects the host-escape classics and syncs the usual kinds.
 pub const DEFAULT_POLICY_YAML: &str = include_str!("policy/default.yaml");
@@ -222,7 +225,7 @@ impl CompiledPolicy {
         if is_control_plane_object(object) {
             return self.control_plane_verdict(object);
         }
-        CEL_FUNCTIONS.with(|functions| {
+        with_cel(|functions| {
             // The object is converted to CEL and bound once, on the first rule with conditions,
             // and shared by every later rule.
             let mut scope = None;
@@ -234,7 +237,10 @@ impl CompiledPolicy {
                 }
                 if let Some(selector) = &compiled.selector
                     && !selector.matches(labels.get_or_insert_with(|| {
-                        object.labels().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+                        object
+                            .labels()
+                            .map(|(k, v)| (k.to_string(), v.to_string()))
+                            .collect()
                     }))
                 {
                     continue;
@@ -266,7 +272,10 @@ impl CompiledPolicy {
                 action: default.action,
                 reason: default.reason.clone(),
                 message: default.message.clone().unwrap_or_else(|| {
-                    format!("no rule of SyncPolicy {} matches; the policy default applies", self.name)
+                    format!(
+                        "no rule of SyncPolicy {} matches; the policy default applies",
+                        self.name
+                    )
                 }),
                 field_path: None,
             }
@@ -307,6 +316,28 @@ impl CompiledPolicy {
         }
     }
 
+    /// The tenant namespaces some Sync rule can sync objects of, in order, each once; `None`:
+    /// every namespace (a Sync rule names none, or `*`).
+    pub fn synced_namespaces(&self) -> Option<Vec<String>> {
+        let mut namespaces: Vec<String> = Vec::new();
+        for r in self
+            .rules
+            .iter()
+            .filter(|r| r.rule.action == SyncAction::Sync)
+        {
+            let listed = &r.rule.matches.namespaces;
+            if listed.is_empty() || listed.iter().any(|n| n == "*") {
+                return None;
+            }
+            for n in listed {
+                if !namespaces.contains(n) {
+                    namespaces.push(n.clone());
+                }
+            }
+        }
+        Some(namespaces)
+    }
+
     /// Every (group, kind) some rule can sync, for the syncer's choice of watches. `*` entries
     /// are returned as-is.
     pub fn synced_kinds(&self) -> Vec<(String, String)> {
@@ -343,38 +374,61 @@ impl CompiledRule {
         functions: &'f Context<'static>,
         scope: &mut Option<Context<'f>>,
     ) -> Result<bool, String> {
-        if self.conditions.is_empty() {
-            return Ok(true);
-        }
         for (name, program) in &self.conditions {
-            // Most guards are decided on the JSON directly; the interpreter decides (and words
-            // the errors of) the rest, with the object converted once per evaluation.
-            match direct::evaluate(program.expression(), &object.object) {
-                Some(true) => continue,
-                Some(false) => return Ok(false),
-                None => {}
-            }
-            let ctx = match scope {
-                Some(ctx) => ctx,
-                None => {
-                    let value =
-                        kube_cel::cel::to_value(&object.object).map_err(|e| e.to_string())?;
-                    let mut ctx = functions.new_inner_scope();
-                    ctx.add_variable_from_value("object", value);
-                    scope.insert(ctx)
+            match holds(program, &object.object, functions, scope) {
+                Ok(true) => {}
+                Ok(false) => return Ok(false),
+                Err(Unevaluable::NotBool(other)) => {
+                    return Err(format!("condition {name} returned {other}, not a bool"));
                 }
-            };
-            match program.execute(ctx) {
-                Ok(CelValue::Bool(true)) => {}
-                Ok(CelValue::Bool(false)) => return Ok(false),
-                Ok(other) => {
-                    return Err(format!("condition {name} returned {other:?}, not a bool"));
-                }
-                Err(e) => return Err(format!("condition {name}: {e}")),
+                Err(Unevaluable::Failed(e)) => return Err(format!("condition {name}: {e}")),
             }
         }
         Ok(true)
     }
+}
+
+/// Why a CEL expression over an object has no boolean value.
+#[derive(Debug)]
+pub(crate) enum Unevaluable {
+    /// It evaluated to this value (debug-printed), which is not a bool.
+    NotBool(String),
+    /// Its evaluation failed with this error.
+    Failed(String),
+}
+
+/// Evaluates a boolean CEL expression over `object` (bound as `object`). Most guards are decided
+/// on the JSON directly; the interpreter decides (and words the errors of) the rest, with the
+/// object converted once into `scope` and shared by the later expressions over it.
+pub(crate) fn holds<'f>(
+    program: &Program,
+    object: &serde_json::Value,
+    functions: &'f Context<'static>,
+    scope: &mut Option<Context<'f>>,
+) -> Result<bool, Unevaluable> {
+    if let Some(verdict) = direct::evaluate(program.expression(), object) {
+        return Ok(verdict);
+    }
+    let ctx = match scope {
+        Some(ctx) => ctx,
+        None => {
+            let value =
+                kube_cel::cel::to_value(object).map_err(|e| Unevaluable::Failed(e.to_string()))?;
+            let mut ctx = functions.new_inner_scope();
+            ctx.add_variable_from_value("object", value);
+            scope.insert(ctx)
+        }
+    };
+    match program.execute(ctx) {
+        Ok(CelValue::Bool(b)) => Ok(b),
+        Ok(other) => Err(Unevaluable::NotBool(format!("{other:?}"))),
+        Err(e) => Err(Unevaluable::Failed(e.to_string())),
+    }
+}
+
+/// Runs `f` with the CEL function libraries of this thread.
+pub(crate) fn with_cel<T>(f: impl FnOnce(&Context<'static>) -> T) -> T {
+    CEL_FUNCTIONS.with(f)
 }
 
 thread_local! {

@@ -272,6 +272,21 @@ fn rewrite_field_ref(field_ref: &mut Value) {
     }
 }
 
+/// The taints of the host's control-plane nodes (and their name before Kubernetes 1.24).
+const CONTROL_PLANE_TAINTS: [&str; 2] = [
+    "node-role.kubernetes.io/control-plane",
+    "node-role.kubernetes.io/master",
+];
+
+/// Whether a toleration tolerates a control-plane taint: by its key, or an `Exists` toleration
+/// without a key, which tolerates every taint.
+fn tolerates_control_plane(toleration: &Value) -> bool {
+    match toleration.get("key").and_then(Value::as_str).unwrap_or("") {
+        "" => toleration.get("operator").and_then(Value::as_str) == Some("Exists"),
+        key => CONTROL_PLANE_TAINTS.contains(&key),
+    }
+}
+
 fn pod(
     refs: &mut Refs<'_>,
     object: &TenantObject,
@@ -282,8 +297,31 @@ fn pod(
         return Err(refuse("PodSpecMissing", "spec", "a Pod needs a spec"));
     };
     // The host schedules the pod; a tenant-chosen node or deprecated alias does not cross.
-    spec.remove("nodeName");
+    if spec.remove("nodeName").is_some() {
+        notes.push("spec.nodeName dropped: the host's scheduler places the pod".into());
+    }
     spec.remove("serviceAccount");
+    if let Some(Value::Array(tolerations)) = spec.get_mut("tolerations") {
+        let before = tolerations.len();
+        tolerations.retain(|t| !tolerates_control_plane(t));
+        if tolerations.len() < before {
+            notes.push(format!(
+                "{} of spec.tolerations dropped: they tolerate the host's control-plane taints",
+                before - tolerations.len()
+            ));
+        }
+    }
+    if object
+        .object
+        .pointer("/metadata/finalizers")
+        .and_then(Value::as_array)
+        .is_some_and(|f| !f.is_empty())
+    {
+        notes.push(
+            "metadata.finalizers not carried: only the host's own controllers finalize a host pod"
+                .into(),
+        );
+    }
     if let Some(Value::String(class)) = spec.get("priorityClassName")
         && class.starts_with("system-")
     {
@@ -958,7 +996,7 @@ mod tests {
             sources[1]["downwardAPI"]["items"][0]["fieldRef"]["fieldPath"],
             "metadata.labels['tenantplane.io/source-namespace']"
         );
-        assert_eq!(d.notes.len(), 1, "{:?}", d.notes);
+        assert_eq!(d.notes.len(), 2, "nodeName and the token: {:?}", d.notes);
     }
 
     #[test]

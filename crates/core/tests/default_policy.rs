@@ -78,6 +78,59 @@ fn dangerous_security_contexts_are_rejected_in_any_container_list() {
 }
 
 #[test]
+fn git_repo_volumes_cloud_identities_and_ingress_snippets_are_rejected() {
+    let c = json!([{"name": "app", "image": "nginx"}]);
+    rejected_by(
+        &pod(json!({"containers": c, "volumes": [
+            {"name": "src", "gitRepo": {"repository": "https://example.com/x.git"}}]})),
+        "no-git-repo-volumes",
+        "spec.volumes[].gitRepo",
+    );
+    let policy = CompiledPolicy::builtin_default();
+    assert!(
+        policy
+            .evaluate(&pod(json!({"containers": c, "volumes": [
+                {"name": "src", "gitRepo": {"repository": "x"}}]})))
+            .message
+            .contains("CVE-2024-10220")
+    );
+    for annotation in [
+        "eks.amazonaws.com/role-arn",
+        "iam.gke.io/gcp-service-account",
+        "azure.workload.identity/client-id",
+    ] {
+        let account =
+            TenantObject::from_value(json!({"apiVersion": "v1", "kind": "ServiceAccount",
+            "metadata": {"name": "app", "namespace": "team", "annotations": {annotation: "x"}}}))
+            .unwrap();
+        rejected_by(&account, "no-cloud-identity", "metadata.annotations");
+    }
+    let ingress = |annotation: &str| {
+        TenantObject::from_value(
+            json!({"apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
+            "metadata": {"name": "web", "namespace": "team", "annotations": {annotation: "x"}},
+            "spec": {"rules": []}}),
+        )
+        .unwrap()
+    };
+    rejected_by(
+        &ingress("nginx.ingress.kubernetes.io/configuration-snippet"),
+        "no-ingress-snippets",
+        "metadata.annotations",
+    );
+    assert_eq!(
+        policy
+            .evaluate(&ingress("nginx.ingress.kubernetes.io/rewrite-target"))
+            .action,
+        SyncAction::Sync
+    );
+    let plain = TenantObject::from_value(json!({"apiVersion": "v1", "kind": "ServiceAccount",
+        "metadata": {"name": "app", "namespace": "team", "annotations": {"team": "a"}}}))
+    .unwrap();
+    assert_eq!(policy.evaluate(&plain).action, SyncAction::Sync);
+}
+
+#[test]
 fn node_port_and_load_balancer_services_are_rejected_cluster_ip_synced() {
     let svc = |t: &str| {
         TenantObject::from_value(json!({"apiVersion": "v1", "kind": "Service",
@@ -202,4 +255,80 @@ spec:
 fn the_planner_can_be_shared_between_threads() {
     fn assert_send_sync<T: Send + Sync>() {}
     assert_send_sync::<tenantplane_core::Planner>();
+}
+
+/// The hardening policy of examples/: the built-in policy's rules, each as they are, plus rules
+/// refusing what the built-in policy strips or keeps.
+#[test]
+fn the_hardening_example_refuses_what_the_built_in_policy_strips_or_keeps() {
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../examples/hardening-syncpolicy.yaml"
+    ))
+    .unwrap();
+    let hardened = CompiledPolicy::from_yaml(&text).unwrap();
+    let rules = |yaml: &str| -> Vec<Value> {
+        let policy: Value = serde_norway::from_str(yaml).unwrap();
+        policy["spec"]["rules"].as_array().unwrap().clone()
+    };
+    let built_in = rules(tenantplane_core::policy::DEFAULT_POLICY_YAML);
+    let hardening = rules(&text);
+    for rule in &built_in {
+        assert!(
+            hardening.contains(rule),
+            "{} is kept as it is",
+            rule["name"]
+        );
+    }
+    let c = json!([{"name": "app", "image": "nginx"}]);
+    let refused = |object: &TenantObject, rule: &str| {
+        let v = hardened.evaluate(object);
+        assert_eq!(
+            (v.action, v.rule.as_deref()),
+            (SyncAction::Reject, Some(rule)),
+            "{v:?}"
+        );
+    };
+    refused(
+        &pod(json!({"nodeName": "cp-1", "containers": c})),
+        "no-node-name",
+    );
+    for toleration in [
+        json!({"key": "node-role.kubernetes.io/control-plane", "operator": "Exists"}),
+        json!({"key": "node-role.kubernetes.io/master", "operator": "Exists", "effect": "NoSchedule"}),
+        json!({"operator": "Exists"}),
+    ] {
+        refused(
+            &pod(json!({"tolerations": [toleration], "containers": c})),
+            "no-control-plane-tolerations",
+        );
+    }
+    let gpu = pod(json!({"tolerations": [{"key": "gpu", "operator": "Exists"}], "containers": c}));
+    assert_eq!(hardened.evaluate(&gpu).action, SyncAction::Sync);
+    let finalized = |finalizer: &str| {
+        TenantObject::from_value(json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "p", "namespace": "team", "finalizers": [finalizer]},
+            "spec": {"containers": c}}))
+        .unwrap()
+    };
+    refused(&finalized("example.com/hold"), "no-pod-finalizers");
+    assert_eq!(
+        hardened
+            .evaluate(&finalized("batch.kubernetes.io/job-tracking"))
+            .action,
+        SyncAction::Sync
+    );
+    let external = TenantObject::from_value(json!({"apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": "db", "namespace": "team"},
+        "spec": {"type": "ExternalName", "externalName": "db.example.com"}}))
+    .unwrap();
+    refused(&external, "no-external-name-services");
+    assert!(
+        hardened
+            .tenant_admission("acme")
+            .rules
+            .iter()
+            .all(|r| r.admission_policy.is_some()),
+        "every Reject rule is enforced at apply time too"
+    );
 }

@@ -301,6 +301,7 @@ fn canonical_record_into(decision: &Decision, out: &mut Vec<u8>) -> Result<(), E
         p_o.field("fieldPath", &p.field_path)?;
         p_o.field("generation", &p.generation)?;
         p_o.field("name", &p.name)?;
+        p_o.optional("rule", &p.rule)?;
         p_o.close();
     }
     o.field("reason", &d.reason)?;
@@ -918,6 +919,7 @@ mod tests {
                 name: "strict".into(),
                 generation: -3,
                 field_path: "spec.network.allowDns".into(),
+                rule: Some("PodSecurity/\u{7f}runAsUser".into()),
             }),
             reason: "RuleMatched".into(),
             message: "tab\there </script>".into(),

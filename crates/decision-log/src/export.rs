@@ -236,12 +236,17 @@ fn report(tenant: &str, entries: Vec<Entry>) -> Value {
 
 fn report_entry(e: &Entry, result: &str) -> Value {
     let d: &Decision = &e.decision;
+    // A decision carries a profile when the profile decided: its own objects, or a tenant object
+    // the host would refuse under it (whose policy is the rule that let it through).
     let (policy, rule) = match (&d.policy, &d.profile) {
-        (Some(p), _) => (
+        (_, Some(p)) => (
+            p.name.clone(),
+            p.rule.clone().unwrap_or_else(|| p.field_path.clone()),
+        ),
+        (Some(p), None) => (
             p.name.clone(),
             p.rule.clone().unwrap_or_else(|| "default".into()),
         ),
-        (None, Some(p)) => (p.name.clone(), p.field_path.clone()),
         (None, None) => ("tenantplane".to_string(), d.reason.clone()),
     };
     let mut properties = json!({

@@ -50,9 +50,15 @@ pub enum RequestError {
     /// The SyncPolicy in `sync_policy` is not usable.
     #[error("sync_policy: {0}")]
     Policy(#[from] PolicyError),
-    /// The IsolationProfile in `profile`, or the tenant, is not compilable.
-    #[error("{0}")]
-    Isolation(#[from] CompileError),
+    /// The IsolationProfile in the request field `at` (`profile`, `isolation_profile`), or the
+    /// tenant, is not compilable.
+    #[error("{error}")]
+    Isolation {
+        /// Proto path of the bytes field holding the profile.
+        at: &'static str,
+        /// What the compiler found wrong.
+        error: CompileError,
+    },
 }
 
 impl RequestError {
@@ -67,10 +73,10 @@ impl RequestError {
             RequestError::Policy(e) => join("sync_policy", e.field()),
             // The compiler names tenant fields by the Tenant resource's paths; the request
             // carries the tenant as a TenantRef.
-            RequestError::Isolation(e) => match e.field.as_str() {
+            RequestError::Isolation { at, error } => match error.field.as_str() {
                 "tenant.metadata.name" => "tenant.name".to_string(),
                 "tenant.spec.hostNamespace" => "tenant.host_namespace".to_string(),
-                field => join("profile", field),
+                field => join(at, field),
             },
         }
     }
@@ -81,8 +87,15 @@ impl RequestError {
             RequestError::Field(e) => e.problem.clone(),
             RequestError::Object { error, .. } => error.to_string(),
             RequestError::Policy(e) => e.to_string(),
-            RequestError::Isolation(e) => e.problem.clone(),
+            RequestError::Isolation { error, .. } => error.problem.clone(),
         }
+    }
+}
+
+impl RequestError {
+    /// A profile at the request field `at` that does not compile.
+    pub fn isolation(at: &'static str) -> impl Fn(CompileError) -> RequestError {
+        move |error| RequestError::Isolation { at, error }
     }
 }
 

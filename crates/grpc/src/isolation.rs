@@ -1,7 +1,6 @@
 //! The IsolationCompiler service: the isolation compiler behind
 //! `tenantplane.isolation.v1.IsolationCompiler`.
 
-use tenantplane_api::IsolationProfile;
 use tenantplane_isolation::CompileOptions;
 use tenantplane_proto::isolation::v1::isolation_compiler_server::{self, IsolationCompilerServer};
 use tenantplane_proto::isolation::v1::{CompileRequest, CompileResponse};
@@ -32,17 +31,15 @@ impl IsolationService {
         if request.profile.is_empty() {
             return Err(FieldError::new("profile", "is required").into());
         }
-        let text = from_proto::text("profile", &request.profile)?;
-        let document: serde_json::Value = serde_norway::from_str(&text)
-            .map_err(|e| FieldError::new("profile", format!("is not YAML or JSON: {e}")))?;
-        let profile: IsolationProfile = tenantplane_isolation::decode(&document)?;
+        let profile = from_proto::isolation_profile("profile", &request.profile)?;
         let previously_applied = request
             .previously_applied
             .iter()
             .enumerate()
             .map(|(i, r)| from_proto::object_ref(&format!("previously_applied[{i}]"), r))
             .collect::<Result<Vec<_>, _>>()?;
-        let compilation = tenantplane_isolation::compile_with(&tenant, &profile, &self.options)?;
+        let compilation = tenantplane_isolation::compile_with(&tenant, &profile, &self.options)
+            .map_err(RequestError::isolation("profile"))?;
         Ok(CompileResponse {
             objects: compilation
                 .objects

@@ -4,6 +4,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use tenantplane_api::Tenant;
+use tenantplane_core::boundary::Boundary;
 use tenantplane_core::collision::HostObjectMeta;
 use tenantplane_core::decision::Stamp;
 use tenantplane_core::mapping::{self, ProvenanceError};
@@ -37,8 +38,9 @@ pub struct PlannerService {
     default_policy: Arc<types::PolicyRef>,
 }
 
-/// A tenant (name, host namespace) and the exact SyncPolicy bytes (empty: the built-in default).
-type CacheKey = (String, String, MappingVersion, Vec<u8>);
+/// A tenant (name, host namespace, mapping scheme), the exact SyncPolicy bytes (empty: the
+/// built-in default) and the exact IsolationProfile bytes (empty: none).
+type CacheKey = (String, String, MappingVersion, Vec<u8>, Vec<u8>);
 
 impl Default for PlannerService {
     fn default() -> Self {
@@ -62,13 +64,20 @@ impl PlannerService {
     }
 
     /// The planner for a tenant under the policy in `policy` (YAML or JSON; empty for the
-    /// built-in default), compiled once per distinct tenant and policy.
-    fn planner(&self, tenant: &Tenant, policy: &[u8]) -> Result<Arc<Planner>, RequestError> {
+    /// built-in default) and the isolation boundary of the profile in `profile` (YAML or JSON;
+    /// empty for none), compiled once per distinct tenant, policy and profile.
+    fn planner(
+        &self,
+        tenant: &Tenant,
+        policy: &[u8],
+        profile: &[u8],
+    ) -> Result<Arc<Planner>, RequestError> {
         let key = (
             tenant.name().to_string(),
             tenant.host_namespace(),
             tenant.mapping_version(),
             policy.to_vec(),
+            profile.to_vec(),
         );
         if let Some(planner) = self.lock().get(&key) {
             return Ok(planner.clone());
@@ -78,7 +87,15 @@ impl PlannerService {
         } else {
             CompiledPolicy::from_yaml(&from_proto::text("sync_policy", policy)?)?
         };
-        let planner = Arc::new(Planner::new(tenant, compiled));
+        let mut planner = Planner::new(tenant, compiled);
+        if !profile.is_empty() {
+            let at = "isolation_profile";
+            let profile = from_proto::isolation_profile(at, profile)?;
+            planner = planner.with_boundary(
+                Boundary::compile(tenant, &profile).map_err(RequestError::isolation(at))?,
+            );
+        }
+        let planner = Arc::new(planner);
         let mut cache = self.lock();
         if cache.len() >= CACHE_CAPACITY {
             cache.clear();
@@ -118,7 +135,7 @@ impl PlannerService {
             )
             .into());
         }
-        let planner = self.planner(&tenant, &request.sync_policy)?;
+        let planner = self.planner(&tenant, &request.sync_policy, &request.isolation_profile)?;
         let forms = AnswerForms::granted(&request, &tenant);
         let objects: Vec<_> = request.objects.iter().enumerate().collect();
         let planned: Vec<Planned> = parallel::map_in_order(&objects, |&(i, bytes)| {
@@ -145,6 +162,9 @@ impl PlannerService {
             plan_form: forms.plan.into(),
             component: COMPONENT.to_string(),
             component_version: ENGINE_VERSION.to_string(),
+            isolation_profile: planner
+                .boundary()
+                .map(|b| to_proto::profile_ref(b.profile())),
         })
     }
 

@@ -32,6 +32,7 @@ fn request(objects: &[serde_json::Value]) -> PlanRequest {
         placement_form: PlacementForm::Unspecified.into(),
         mapping_version: String::new(),
         plan_form: PlanForm::Unspecified.into(),
+        isolation_profile: Vec::new(),
     }
 }
 
@@ -146,6 +147,72 @@ async fn plans_under_the_given_sync_policy() {
             policy.name
         );
     }
+}
+
+#[tokio::test]
+async fn plans_under_the_isolation_profile_refusing_what_the_host_would_refuse() {
+    let mut client = PlannerClient::new(serve().await);
+    let hardened = json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "web", "namespace": "shop"},
+        "spec": {"securityContext": {"runAsNonRoot": true, "seccompProfile": {"type": "RuntimeDefault"}},
+                 "containers": [{"name": "app", "image": "nginx:1.27", "imagePullPolicy": "Always",
+                     "securityContext": {"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}}}]}});
+    let ordinary = json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "plain", "namespace": "shop"},
+        "spec": {"containers": [{"name": "app", "image": "nginx:1.27"}]}});
+    let mut req = request(&[hardened, ordinary]);
+    req.isolation_profile = example("isolationprofile.yaml").into_bytes();
+    let resp = client.plan(req.clone()).await.unwrap().into_inner();
+    let profile = resp.isolation_profile.unwrap();
+    assert_eq!(
+        (profile.name.as_str(), profile.generation),
+        ("acme-isolation", 0)
+    );
+    assert_eq!(resp.plans[0].outcome(), Outcome::Synced);
+    assert_eq!(resp.plans[0].profile, None);
+    let refused = &resp.plans[1];
+    assert_eq!(refused.outcome(), Outcome::Rejected);
+    assert_eq!(refused.reason, "PodSecurityForbidden");
+    assert!(
+        refused.message.ends_with(
+            "pods \"plain-x-shop\" is forbidden: violates PodSecurity \"restricted:v1.34\": \
+             allowPrivilegeEscalation != false (container \"app\" must set \
+             securityContext.allowPrivilegeEscalation=false), unrestricted capabilities \
+             (container \"app\" must set securityContext.capabilities.drop=[\"ALL\"]), \
+             runAsNonRoot != true (pod or container \"app\" must set \
+             securityContext.runAsNonRoot=true), seccompProfile (pod or container \"app\" must \
+             set securityContext.seccompProfile.type to \"RuntimeDefault\" or \"Localhost\")"
+        ),
+        "{}",
+        refused.message
+    );
+    let rule = refused.profile.as_ref().unwrap();
+    assert_eq!(rule.rule, "PodSecurity/allowPrivilegeEscalation");
+    assert_eq!(rule.field_path, "spec.level");
+    assert_eq!(
+        refused.decision.as_ref().unwrap().profile.as_ref(),
+        Some(rule)
+    );
+    assert_eq!(
+        refused.verdict.as_ref().unwrap().field_path,
+        "spec.containers[0].securityContext.allowPrivilegeEscalation"
+    );
+
+    // Minimal plans carry the profile too.
+    req.plan_form = PlanForm::Minimal.into();
+    req.mapping_version = "v1".into();
+    let resp = client.plan(req.clone()).await.unwrap().into_inner();
+    assert_eq!(resp.plan_form(), PlanForm::Minimal);
+    assert_eq!(resp.plans[1].profile.as_ref(), Some(rule));
+
+    req.isolation_profile = b"spec: {level: extreme}".to_vec();
+    let status = client.plan(req).await.unwrap_err();
+    let (field, description) = violation(&status);
+    assert_eq!(field, "isolation_profile.spec.level");
+    assert!(
+        description.starts_with("unknown variant `extreme`"),
+        "{description}"
+    );
 }
 
 #[tokio::test]

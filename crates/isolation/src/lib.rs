@@ -58,6 +58,10 @@ pub struct IsolationProvenance {
     pub field_paths: Vec<String>,
     /// One sentence a person can read: what the object enforces.
     pub explanation: String,
+    /// For a ValidatingAdmissionPolicy: the field of the objects it refuses
+    /// (`spec.containers[].imagePullPolicy`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refused_field: Option<String>,
 }
 
 /// The identity of a host object: what the syncer applies and deletes by.

@@ -42,6 +42,7 @@ struct Draft {
     spec: Option<Value>,
     fields: Vec<String>,
     explanation: String,
+    refused_field: Option<String>,
 }
 
 impl Draft {
@@ -60,6 +61,7 @@ impl Draft {
             spec,
             fields: Vec::new(),
             explanation: String::new(),
+            refused_field: None,
         }
     }
 
@@ -173,6 +175,7 @@ impl Target {
                 level: self.level,
                 field_paths,
                 explanation: d.explanation,
+                refused_field: d.refused_field,
             },
         }
     }
@@ -336,6 +339,7 @@ impl Target {
                 self.syncer_username
             ),
             LEVEL_FIELD,
+            &format!("metadata.labels[{}]", provenance::MANAGED),
             "only the syncer (and Kubernetes' own controllers and kubelets) may create, change or delete tenantplane-managed objects in the host namespace",
         ));
         if s.deny_node_ports.value {
@@ -349,6 +353,7 @@ impl Target {
                 "!has(object.spec.type) || !(object.spec.type in ['NodePort', 'LoadBalancer'])".to_string(),
                 "a tenant Service may not open ports on the host's nodes (type NodePort or LoadBalancer)".to_string(),
                 &s.deny_node_ports.field,
+                "spec.type",
                 "refuses Services of type NodePort or LoadBalancer in the host namespace",
             ));
         }
@@ -361,6 +366,7 @@ impl Target {
                 ),
                 format!("a tenant pod must run with runtimeClassName {class}"),
                 &s.runtime_class.field,
+                "spec.runtimeClassName",
                 &format!("refuses pods that do not set runtimeClassName: {class}"),
             ));
         }
@@ -372,6 +378,7 @@ impl Target {
                 format!("object.spec.containers.{always} && (!has(object.spec.initContainers) || object.spec.initContainers.{always})"),
                 "every container of a tenant pod must use imagePullPolicy: Always, so that a private image cached on a node is pulled again with the tenant's own credentials".to_string(),
                 &s.image_pull_always.field,
+                "spec.containers[].imagePullPolicy",
                 "refuses pods whose containers do not use imagePullPolicy: Always",
             ));
         }
@@ -379,7 +386,12 @@ impl Target {
     }
 
     /// A ValidatingAdmissionPolicy named `tenantplane-<tenant>-<purpose>` (cluster-unique) with one
-    /// validation, and its binding, scoped to the host namespace.
+    /// validation, refusing objects for their field `refuses`, and its binding, scoped to the
+    /// host namespace.
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "each admission policy is one call that reads as its table row"
+    )]
     fn admission_pair(
         &self,
         purpose: &str,
@@ -387,6 +399,7 @@ impl Target {
         expression: String,
         message: String,
         field: &str,
+        refuses: &str,
         explanation: &str,
     ) -> [Draft; 2] {
         let name = format!("tenantplane-{}-{purpose}", self.tenant);
@@ -408,6 +421,10 @@ impl Target {
         .decided_by([field])
         .because(explanation)
         .cluster_scoped();
+        let policy = Draft {
+            refused_field: Some(refuses.to_string()),
+            ..policy
+        };
         let binding = Draft::new(
             admission::API_VERSION,
             admission::BINDING_KIND,

@@ -86,7 +86,7 @@ impl ApiError {
         }
     }
 
-    fn with_details(mut self, group: &str, kind: &str, name: &str) -> Self {
+    pub(crate) fn with_details(mut self, group: &str, kind: &str, name: &str) -> Self {
         self.details = Some(Box::new(Details {
             name: name.to_string(),
             group: group.to_string(),

@@ -41,6 +41,7 @@ mod http;
 mod names;
 mod openapi;
 mod patch;
+mod pod_security;
 mod pods;
 mod protobuf;
 mod requests;

@@ -313,8 +313,10 @@ impl State {
         )
     }
 
-    /// Refuses a create or update a ValidatingAdmissionPolicy denies (see [`admission`]).
+    /// Refuses a create or update Pod Security or a ValidatingAdmissionPolicy denies, in
+    /// kube-apiserver's order (see [`crate::pod_security`] and [`admission`]).
     fn admit(&self, request: &admission::Request<'_>) -> ApiResult<()> {
+        crate::pod_security::admit(request)?;
         let bucket = |plural: &str| {
             self.bucket(&StorageKey {
                 group: admission::GROUP.into(),
@@ -969,6 +971,9 @@ impl Store {
                     spec.entry(field).or_insert(value);
                 }
                 body["status"] = json!({"phase": "Pending", "qosClass": "BestEffort"});
+                // What admission reads: pull policies, a host-network pod's host ports, the
+                // AppArmor annotations copied into fields.
+                tenantplane_core::boundary::complete_pod(body, true);
             }
             ("", "Service") => {
                 let spec = body

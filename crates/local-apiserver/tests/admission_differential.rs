@@ -28,6 +28,7 @@ fn api(
     let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
     let plural = match kind {
         "ValidatingAdmissionPolicy" => "validatingadmissionpolicies".to_string(),
+        "Ingress" => "ingresses".to_string(),
         other => format!("{}s", other.to_lowercase()),
     };
     let ar =
@@ -58,6 +59,17 @@ fn service(name: &str, spec: Value) -> Value {
     let mut spec = spec;
     spec["ports"] = json!([{"port": 80}]);
     json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": name}, "spec": spec})
+}
+
+fn service_account(name: &str, annotations: Value) -> Value {
+    json!({"apiVersion": "v1", "kind": "ServiceAccount",
+           "metadata": {"name": name, "annotations": annotations}})
+}
+
+fn ingress(name: &str, annotations: Value) -> Value {
+    json!({"apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
+           "metadata": {"name": name, "annotations": annotations},
+           "spec": {"defaultBackend": {"service": {"name": "web", "port": {"number": 80}}}}})
 }
 
 /// Objects that trip each Reject rule of the default policy, and objects that do not.
@@ -126,6 +138,31 @@ fn corpus() -> Vec<Value> {
         service("external-ips", json!({"externalIPs": ["203.0.113.7"]})),
         json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "settings"},
                "data": {"hostNetwork": "true"}}),
+        pod(
+            "git-repo",
+            json!({"volumes": [{"name": "src", "gitRepo": {"repository": "https://example.com/x.git"}}]}),
+        ),
+        service_account(
+            "irsa",
+            json!({"eks.amazonaws.com/role-arn": "arn:aws:iam::1:role/x"}),
+        ),
+        service_account(
+            "gke",
+            json!({"iam.gke.io/gcp-service-account": "x@p.iam.gserviceaccount.com"}),
+        ),
+        service_account(
+            "azure",
+            json!({"azure.workload.identity/client-id": "00000000-0000-0000-0000-000000000000"}),
+        ),
+        service_account("annotated", json!({"team": "shop"})),
+        ingress(
+            "snippet",
+            json!({"nginx.ingress.kubernetes.io/server-snippet": "location / {}"}),
+        ),
+        ingress(
+            "rewrite",
+            json!({"nginx.ingress.kubernetes.io/rewrite-target": "/"}),
+        ),
     ]
 }
 

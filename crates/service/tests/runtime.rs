@@ -276,7 +276,7 @@ async fn admin_port_answers_live_ready_and_metrics_per_rpc() {
     }))
     .unwrap();
     client
-        .plan(&tenant, None, &[object], &[])
+        .plan(&tenant, None, None, &[object], &[])
         .await
         .unwrap_err();
 

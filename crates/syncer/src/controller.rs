@@ -25,6 +25,7 @@ use serde_json::json;
 use sha2::{Digest, Sha256};
 use tenantplane_api::{IsolationProfile, SyncPolicy, Tenant, conditions, provenance};
 use tenantplane_core::CompiledPolicy;
+use tenantplane_core::boundary::Boundary;
 use tokio::sync::Mutex;
 use tracing::Instrument as _;
 
@@ -427,7 +428,26 @@ async fn apply(tenant: &Tenant, ctx: &Context) -> Result<Action, Error> {
     ledger.observe(tenant.metadata.generation, &host_ns);
 
     ensure_namespace(host, tenant, &host_ns).await?;
-    apply_isolation(tenant, ctx, &ledger, &host_side_recorder, &host_ns).await?;
+    let profile = apply_isolation(tenant, ctx, &ledger, &host_side_recorder, &host_ns).await?;
+    // The boundary the planner decides with: what the host's admission refuses under the
+    // profile, which is sent as its name, generation and spec (its status and server metadata
+    // change nothing the planner decides).
+    let profile = match profile {
+        Some(profile) => {
+            let planned = json!({
+                "apiVersion": "tenantplane.io/v1alpha1",
+                "kind": "IsolationProfile",
+                "metadata": {"name": profile.name_any(), "generation": profile.metadata.generation},
+                "spec": profile.spec,
+            });
+            Some((
+                planned.to_string(),
+                Boundary::compile(tenant, &profile)
+                    .with_context(|| format!("IsolationProfile {}", profile.name_any()))?,
+            ))
+        }
+        None => None,
+    };
 
     let (policy, compiled) = policy_in_force(host, tenant).await?;
     let (policy_text, policy_version) = match &policy {
@@ -474,12 +494,16 @@ async fn apply(tenant: &Tenant, ctx: &Context) -> Result<Action, Error> {
     };
     record_discovery(tenant, &compiled, &ledger, &host_side_recorder, &discovered).await?;
     let admission_source = tenant_admission::Source::new(tenant, policy.as_ref(), &compiled);
+    let mut admission = compiled.tenant_admission(&name);
+    if let Some((_, boundary)) = &profile {
+        admission = admission.with_isolation(&name, boundary, compiled.synced_namespaces());
+    }
     tenant_admission::reconcile(
         &client,
         &host_side_recorder,
         &ledger,
         &admission_source,
-        &compiled,
+        &admission,
     )
     .await;
     let requeue = if discovered.unavailable.is_empty() {
@@ -494,6 +518,12 @@ async fn apply(tenant: &Tenant, ctx: &Context) -> Result<Action, Error> {
     h.update(format!("{:?}", tenant.spec).as_bytes());
     h.update(policy_version.as_bytes());
     h.update(policy_text.as_deref().unwrap_or("").as_bytes());
+    h.update(
+        profile
+            .as_ref()
+            .map_or("", |(text, _)| text.as_str())
+            .as_bytes(),
+    );
     for (ar, _) in &kinds {
         h.update(format!("{}/{}/{};", ar.group, ar.version, ar.kind).as_bytes());
     }
@@ -505,15 +535,23 @@ async fn apply(tenant: &Tenant, ctx: &Context) -> Result<Action, Error> {
     }
     if running.get(&name).map(|r| r.fingerprint.as_str()) != Some(fingerprint.as_str()) {
         running.remove(&name);
-        let runtime = tenant::start(
+        let labels = tenant_admission::keep_namespace_labels(
+            client.clone(),
+            host_side_recorder.clone(),
+            admission_source,
+            admission.isolation,
+        );
+        let mut runtime = tenant::start(
             ctx.shared.clone(),
             tenant.clone(),
             (policy_text, compiled),
+            profile,
             kinds,
             client,
             ledger,
         )
         .await?;
+        runtime.adopt(tokio::spawn(labels));
         tracing::info!(tenant = %name, kinds = ?runtime.kinds, "tenant runtime started");
         ctx.shared.metrics.serving(&name, true);
         running.insert(
@@ -618,13 +656,15 @@ async fn ensure_namespace(host: &Client, tenant: &Tenant, host_ns: &str) -> anyh
     }
 }
 
+/// Compiles and applies the Tenant's IsolationProfile; returns it (`None`: the Tenant names
+/// none), for the planner to decide with.
 async fn apply_isolation(
     tenant: &Tenant,
     ctx: &Context,
     ledger: &TenantLedger,
     recorder: &DecisionRecorder,
     host_ns: &str,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<Option<IsolationProfile>> {
     let host = &ctx.shared.host;
     let Some(profile_name) = &tenant.spec.isolation_profile_ref else {
         ledger.set_condition(
@@ -633,7 +673,7 @@ async fn apply_isolation(
             "NoIsolationProfile",
             "the Tenant names no IsolationProfile: no isolation objects are compiled",
         );
-        return Ok(());
+        return Ok(None);
     };
     let profile = match Api::<IsolationProfile>::all(host.clone())
         .get_opt(profile_name)
@@ -653,7 +693,8 @@ async fn apply_isolation(
     let span = crate::trace::isolation_span(tenant.name(), profile_name);
     compile_and_apply(tenant, ctx, ledger, recorder, host_ns, &profile)
         .instrument(span)
-        .await
+        .await?;
+    Ok(Some(profile))
 }
 
 /// Compiles the Tenant's IsolationProfile and applies it, in the span of
@@ -727,6 +768,7 @@ async fn remove_tenant_admission(tenant: &Tenant, ctx: &Context) {
             ctx.shared.metrics.clone(),
         );
         let source = tenant_admission::Source::new(tenant, policy.as_ref(), &compiled);
+        tenant_admission::remove_namespace_labels(&client, &recorder, &source).await?;
         tenant_admission::remove(&client, &recorder, &source).await
     }
     .await;

@@ -273,6 +273,7 @@ impl Source {
                 name: self.profile.clone(),
                 generation: self.generation,
                 field_path: verdict.field_path.clone(),
+                rule: None,
             }),
             reason: verdict.reason.into(),
             message: verdict.message.clone(),
@@ -306,6 +307,9 @@ pub struct Applied {
 pub(crate) enum Write {
     /// Server-side apply of the compiled object (the decision id is added to it).
     Apply(Value),
+    /// JSON merge patch of an object that must exist (it is never created this way), the
+    /// decision id added to it: the labels tenantplane keeps on an object that is not its own.
+    Merge(Value),
     /// Delete the object, with its uid as precondition.
     Delete(Option<String>),
 }
@@ -555,6 +559,18 @@ pub(crate) async fn write(
                 .await
                 .map(|_| ());
             ("applying", result)
+        }
+        Write::Merge(patch) => {
+            let mut patch = patch.clone();
+            patch["metadata"]["annotations"][provenance::DECISION_ID] = json!(decision.id);
+            let span = trace::write_span(change.cluster.name, "PATCH", r);
+            let result = change
+                .api
+                .patch(&r.name, &PatchParams::default(), &Patch::Merge(&patch))
+                .instrument(span)
+                .await
+                .map(|_| ());
+            ("patching", result)
         }
         Write::Delete(uid) => {
             let params = DeleteParams {

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use tenantplane_api::Tenant;
 use tenantplane_client::{ClientConfig, ClientError};
+use tenantplane_core::boundary::Boundary;
 use tenantplane_core::collision::HostObjectMeta;
 use tenantplane_core::planner::HostState;
 use tenantplane_core::{CompiledPolicy, Plan, Planner, TenantObject};
@@ -41,6 +42,8 @@ pub struct PlanRequest<'a> {
     pub tenant: &'a Tenant,
     /// The SyncPolicy as YAML or JSON; `None` for the built-in default.
     pub policy: Option<&'a str>,
+    /// The tenant's IsolationProfile as YAML or JSON; `None` when it has none.
+    pub profile: Option<&'a str>,
     /// Tenant objects to plan.
     pub objects: &'a [TenantObject],
     /// Host objects at their targets, for collision prediction.
@@ -59,24 +62,37 @@ pub trait PlanService: Send + Sync + std::fmt::Debug + 'static {
     ) -> futures::future::BoxFuture<'a, Result<Vec<Plan>, PlanError>>;
 }
 
-/// What an in-process planner is compiled for: tenant, host namespace, mapping scheme, policy.
-type PlannerKey = (String, String, tenantplane_api::MappingVersion, String);
+/// What an in-process planner is compiled for: tenant, host namespace, mapping scheme, policy,
+/// profile.
+type PlannerKey = (
+    String,
+    String,
+    tenantplane_api::MappingVersion,
+    String,
+    String,
+);
 
 /// The planner core run in-process (same computation as the planner service).
 #[derive(Debug, Default)]
 pub struct InProcessPlanner {
-    /// Planners by (tenant, host namespace, mapping scheme, policy text): compiling CEL is the
-    /// costly part.
+    /// Planners by (tenant, host namespace, mapping scheme, policy text, profile text):
+    /// compiling CEL is the costly part.
     planners: Mutex<HashMap<PlannerKey, Arc<Planner>>>,
 }
 
 impl InProcessPlanner {
-    fn planner(&self, tenant: &Tenant, text: Option<&str>) -> Result<Arc<Planner>, PlanError> {
+    fn planner(
+        &self,
+        tenant: &Tenant,
+        text: Option<&str>,
+        profile: Option<&str>,
+    ) -> Result<Arc<Planner>, PlanError> {
         let key = (
             tenant.name().to_string(),
             tenant.host_namespace(),
             tenant.mapping_version(),
             text.unwrap_or("").to_string(),
+            profile.unwrap_or("").to_string(),
         );
         let mut cache = self.planners.lock().expect("planner cache lock");
         if let Some(p) = cache.get(&key) {
@@ -88,7 +104,16 @@ impl InProcessPlanner {
                 CompiledPolicy::from_yaml(t).map_err(|e| PlanError::Invalid(e.to_string()))?
             }
         };
-        let planner = Arc::new(Planner::new(tenant, compiled));
+        let mut planner = Planner::new(tenant, compiled);
+        if let Some(profile) = profile {
+            let profile = serde_norway::from_str(profile)
+                .map_err(|e| PlanError::Invalid(format!("isolation profile: {e}")))?;
+            planner = planner.with_boundary(
+                Boundary::compile(tenant, &profile)
+                    .map_err(|e| PlanError::Invalid(format!("isolation profile: {e}")))?,
+            );
+        }
+        let planner = Arc::new(planner);
         if cache.len() > 256 {
             cache.clear();
         }
@@ -103,7 +128,7 @@ impl PlanService for InProcessPlanner {
         request: PlanRequest<'a>,
     ) -> futures::future::BoxFuture<'a, Result<Vec<Plan>, PlanError>> {
         Box::pin(async move {
-            let planner = self.planner(request.tenant, request.policy)?;
+            let planner = self.planner(request.tenant, request.policy, request.profile)?;
             let mut host = HostState::default();
             for m in request.host {
                 host.insert(m.clone());
@@ -158,6 +183,7 @@ impl PlanService for GrpcPlanner {
                 .plan_traced(
                     request.tenant,
                     request.policy,
+                    request.profile,
                     request.objects,
                     request.host,
                     request.trace_contexts,

@@ -120,6 +120,8 @@ pub fn reconcile_present(
     );
     let mut desired: Option<HostDesired> = None;
     if plan.verdict.action == SyncAction::Sync {
+        // Decided again on the live view, the isolation boundary included.
+        plan.profile = None;
         let c = collision::check(
             &tenant.tenant,
             &object.identity,
@@ -195,8 +197,9 @@ pub fn reconcile_present(
                 plan.note(&d.notes);
             }
         }
-        (None, Outcome::Rejected | Outcome::Skipped) if ours => {
-            // Our host object for a source the policy no longer syncs: it goes.
+        (None, Outcome::Rejected | Outcome::Skipped) if ours && plan.profile.is_none() => {
+            // Our host object for a source the policy no longer syncs: it goes. (One the host
+            // would refuse to update under the profile stays as it is: the host keeps it.)
             plan.action = HostAction::Delete;
             plan.message = format!(
                 "{}; the host object synced earlier is deleted",
@@ -599,6 +602,45 @@ mod tests {
         assert_eq!(step.decision.reason, "HostObjectNotManaged");
         assert_eq!(step.write, None);
         assert_eq!(step.status_up, None);
+    }
+
+    #[test]
+    fn what_the_profile_refuses_is_rejected_before_the_write_and_kept_when_already_there() {
+        let t = Tenant::new("acme", Default::default());
+        let profile =
+            serde_json::from_value(json!({"metadata": {"name": "strict", "generation": 2},
+            "spec": {"level": "strict"}}))
+            .unwrap();
+        let p = Planner::new(&t, CompiledPolicy::builtin_default())
+            .with_boundary(tenantplane_core::boundary::Boundary::compile(&t, &profile).unwrap());
+        let pod = |pull: &str| {
+            TenantObject::from_value(json!({"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": "p", "namespace": "web", "uid": "u"},
+                "spec": {"runtimeClassName": "gvisor",
+                         "securityContext": {"runAsNonRoot": true, "seccompProfile": {"type": "RuntimeDefault"}},
+                         "containers": [{"name": "a", "image": "x:1", "imagePullPolicy": pull,
+                            "securityContext": {"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}}}]}}))
+            .unwrap()
+        };
+        let step = decide(&p, &pod("IfNotPresent"), None);
+        assert_eq!(step.decision.outcome, Outcome::Rejected);
+        assert_eq!(step.decision.reason, "ProfileAdmissionForbidden");
+        assert_eq!(step.write, None, "the doomed write is not sent");
+        assert_eq!(
+            step.decision
+                .profile
+                .as_ref()
+                .and_then(|p| p.rule.as_deref()),
+            Some("ValidatingAdmissionPolicy/tenantplane-acme-image-pull-always")
+        );
+
+        // Synced under the profile, then changed into what the host would refuse to update: the
+        // host object stays as the host keeps it.
+        let synced = decide(&p, &pod("Always"), None);
+        let host = landed(synced.write.as_ref().unwrap());
+        let step = decide(&p, &pod("IfNotPresent"), Some(&host));
+        assert_eq!(step.decision.outcome, Outcome::Rejected);
+        assert_eq!(step.write, None);
     }
 
     #[test]

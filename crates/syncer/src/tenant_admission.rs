@@ -1,7 +1,15 @@
 //! Tenant-side admission: the Tenant's SyncPolicy Reject rules, compiled into
-//! ValidatingAdmissionPolicies and bindings ([`CompiledPolicy::tenant_admission`]), kept in the
-//! tenant control plane so that the tenant's own API server refuses at apply time what the host
-//! side would refuse.
+//! ValidatingAdmissionPolicies and bindings ([`CompiledPolicy::tenant_admission`]), joined by its
+//! IsolationProfile's admission policies and Pod Security labels
+//! ([`TenantAdmission::with_isolation`]), kept in the tenant control plane so that the tenant's
+//! own API server refuses at apply time what the host side would refuse.
+//!
+//! The Pod Security labels go on every namespace of the tenant control plane but kube-system,
+//! kube-public and kube-node-lease ([`keep_namespace_labels`], which watches the namespaces, so
+//! that a new one is labelled as soon as it appears): a JSON merge patch of the six
+//! `pod-security.kubernetes.io/` labels and the `tenantplane.io/isolation-profile` annotation,
+//! each a recorded decision; when the Tenant names no profile any more, the labels of the
+//! namespaces so annotated are removed.
 //!
 //! Each reconcile of a Tenant compiles its policy, applies the objects whose copy in the tenant
 //! control plane does not carry their digest, and deletes the tenantplane objects of the Tenant
@@ -15,13 +23,20 @@
 use std::time::Instant;
 
 use anyhow::Context as _;
+use futures::StreamExt as _;
+use k8s_openapi::api::core::v1::Namespace;
 use kube::Client;
 use kube::api::{Api, DynamicObject, ListParams};
+use kube::core::ApiResource;
+use kube::runtime::{WatchStreamExt as _, watcher};
 use serde_json::json;
 use tenantplane_api::{SyncPolicy, Tenant, admission, conditions, provenance};
-use tenantplane_core::decision::{Decision, HostAction, Outcome, PolicyRef, Stamp, Subject};
+use tenantplane_core::decision::{
+    Decision, HostAction, Outcome, PolicyRef, ProfileRef, Stamp, Subject,
+};
+use tenantplane_core::policy::{EXEMPT_NAMESPACES, TenantIsolation};
 use tenantplane_core::translate::{DESIRED_DIGEST, digest};
-use tenantplane_core::{CompiledPolicy, MappingVersion};
+use tenantplane_core::{CompiledPolicy, MappingVersion, TenantAdmission};
 use tracing::Instrument as _;
 
 use crate::isolation::{Change, Cluster, IsolationRef, Resolver, Verdict, Write, desired, write};
@@ -82,12 +97,12 @@ impl Source {
         format!("{}:SyncPolicy/{}", TENANT.ledger_prefix, self.policy)
     }
 
-    /// A decision about `target` (an object in the tenant control plane) enforcing `rule`, or
-    /// about the compilation as a whole when `target` is `None`.
+    /// A decision about `target` (an object in the tenant control plane) enforcing `rule` (or
+    /// what `profile` compiled), or about the compilation as a whole when `target` is `None`.
     fn decision(
         &self,
         target: Option<&IsolationRef>,
-        rule: Option<String>,
+        (rule, profile): Enforces,
         verdict: &Verdict,
         input_digest: &str,
         stamp: Stamp,
@@ -112,7 +127,7 @@ impl Source {
                 revision: self.revision.clone(),
                 rule,
             }),
-            profile: None,
+            profile,
             reason: verdict.reason.into(),
             message: verdict.message.clone(),
             field_path: None,
@@ -127,6 +142,10 @@ impl Source {
         }
     }
 }
+
+/// What a tenant-side object enforces: a rule of the SyncPolicy, or what the IsolationProfile
+/// compiled (its fields).
+type Enforces = (Option<String>, Option<ProfileRef>);
 
 /// What a reconcile did in the tenant control plane.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -166,16 +185,16 @@ pub async fn served(client: &Client) -> Result<(), String> {
     }
 }
 
-/// Keeps the tenant control plane's admission equal to the compiled policy, in a span of its
-/// own, and sets the `TenantAdmission` condition. A failure is reported on the condition and
-/// logged, and does not stop the sync (the host side refuses regardless); the next reconcile
-/// tries again.
+/// Keeps the tenant control plane's admission equal to `admission` (the SyncPolicy and the
+/// IsolationProfile compiled for it), in a span of its own, and sets the `TenantAdmission`
+/// condition. A failure is reported on the condition and logged, and does not stop the sync
+/// (the host side refuses regardless); the next reconcile tries again.
 pub async fn reconcile(
     client: &Client,
     recorder: &DecisionRecorder,
     ledger: &TenantLedger,
     source: &Source,
-    compiled: &CompiledPolicy,
+    admission: &TenantAdmission,
 ) {
     let span = trace::evaluation_span(
         &source.tenant,
@@ -198,8 +217,7 @@ pub async fn reconcile(
             );
             return;
         }
-        let admission = compiled.tenant_admission(&source.tenant);
-        match apply(client, recorder, source, &admission).await {
+        match apply(client, recorder, source, admission).await {
             Ok(done) => {
                 let enforced = admission.rules.iter().filter(|r| r.admission_policy.is_some()).count();
                 let host_only: Vec<String> = admission
@@ -220,6 +238,17 @@ pub async fn reconcile(
                 );
                 if !host_only.is_empty() {
                     message.push_str(&format!("; host side only: {}", host_only.join("; ")));
+                }
+                if let Some(isolation) = &admission.isolation {
+                    message.push_str(&format!(
+                        "; IsolationProfile {} (generation {}): {} admission policies, Pod \
+                         Security {} on every namespace but {}",
+                        isolation.profile,
+                        isolation.generation,
+                        isolation.policies.len(),
+                        isolation.pod_security.as_deref().unwrap_or("privileged"),
+                        EXEMPT_NAMESPACES.join(", ")
+                    ));
                 }
                 ledger.set_condition(conditions::TENANT_ADMISSION, true, "Enforced", &message);
             }
@@ -246,11 +275,12 @@ pub async fn remove(
     source: &Source,
 ) -> anyhow::Result<usize> {
     served(client).await.map_err(anyhow::Error::msg)?;
-    let none = tenantplane_core::TenantAdmission {
+    let none = TenantAdmission {
         policy: source.policy.clone(),
         revision: source.revision.clone(),
         objects: Vec::new(),
         rules: Vec::new(),
+        isolation: None,
     };
     let span = trace::evaluation_span(
         &source.tenant,
@@ -271,7 +301,7 @@ async fn apply(
     client: &Client,
     recorder: &DecisionRecorder,
     source: &Source,
-    admission: &tenantplane_core::TenantAdmission,
+    admission: &TenantAdmission,
 ) -> anyhow::Result<Applied> {
     let started = Instant::now();
     let input = digest(&json!(admission));
@@ -294,7 +324,7 @@ async fn apply(
         existing.extend(list.items.into_iter().map(|m| (kind, m)));
     }
     let mut result = Applied::default();
-    let mut changes: Vec<(Change, Option<String>)> = Vec::new();
+    let mut changes: Vec<(Change, Enforces)> = Vec::new();
     for object in &admission.objects {
         let r = crate::isolation::ref_of(object).context("a compiled object without identity")?;
         let api: Api<DynamicObject> = resolver.api(client, &r.api_version, &r.kind, None).await?;
@@ -308,6 +338,8 @@ async fn apply(
         let rule = annotation(provenance::SYNC_POLICY_RULE)
             .and_then(|v| v.as_str())
             .map(str::to_string);
+        let text = |key: &str| annotation(key).and_then(|v| v.as_str()).map(str::to_string);
+        let profile = profile_of(text);
         if current.is_some_and(|(_, m)| {
             m.metadata
                 .annotations
@@ -321,28 +353,46 @@ async fn apply(
         let action = annotation(provenance::ADMISSION_ACTIONS)
             .and_then(|v| v.as_str())
             .unwrap_or("Deny");
+        let verdict = match &profile {
+            Some(p) => Verdict::applied(
+                current.is_some(),
+                p.field_path.clone(),
+                "CompiledFromProfile",
+                format!(
+                    "{} {} enforces an admission policy of IsolationProfile {} (generation {}) \
+                     at admission in the tenant control plane, in every namespace but {} \
+                     ({action})",
+                    r.kind,
+                    r.name,
+                    p.name,
+                    p.generation,
+                    EXEMPT_NAMESPACES.join(", ")
+                ),
+            ),
+            None => Verdict::applied(
+                current.is_some(),
+                String::new(),
+                "CompiledFromSyncPolicy",
+                format!(
+                    "{} {} enforces rule {} of SyncPolicy {} (revision {}) at admission in the \
+                     tenant control plane ({action})",
+                    r.kind,
+                    r.name,
+                    rule.as_deref().unwrap_or_default(),
+                    source.policy,
+                    source.revision
+                ),
+            ),
+        };
         changes.push((
             Change {
                 target: r.clone(),
                 api,
-                verdict: Verdict::applied(
-                    current.is_some(),
-                    String::new(),
-                    "CompiledFromSyncPolicy",
-                    format!(
-                        "{} {} enforces rule {} of SyncPolicy {} (revision {}) at admission in \
-                         the tenant control plane ({action})",
-                        r.kind,
-                        r.name,
-                        rule.as_deref().unwrap_or_default(),
-                        source.policy,
-                        source.revision
-                    ),
-                ),
+                verdict,
                 write: Write::Apply(applied),
                 cluster: TENANT,
             },
-            rule,
+            (rule, profile),
         ));
     }
     for (kind, m) in &existing {
@@ -357,12 +407,15 @@ async fn apply(
         let api = resolver
             .api(client, admission::API_VERSION, kind, None)
             .await?;
-        let rule = m
-            .metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(provenance::SYNC_POLICY_RULE))
-            .cloned();
+        let text = |key: &str| {
+            m.metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(key))
+                .cloned()
+        };
+        let rule = text(provenance::SYNC_POLICY_RULE);
+        let profile = profile_of(text);
         changes.push((
             Change {
                 target: IsolationRef {
@@ -383,7 +436,7 @@ async fn apply(
                 write: Write::Delete(m.metadata.uid.clone()),
                 cluster: TENANT,
             },
-            rule,
+            (rule, profile),
         ));
     }
     if changes.is_empty() {
@@ -391,7 +444,7 @@ async fn apply(
     }
     let compilation = source.decision(
         None,
-        None,
+        (None, None),
         &Verdict {
             outcome: Outcome::Synced,
             action: HostAction::None,
@@ -413,11 +466,11 @@ async fn apply(
     recorder
         .record(&source.key(), &compilation, &input, None, started)
         .await?;
-    for (change, rule) in changes {
+    for (change, refs) in changes {
         let span = trace::follow_up_span(&compilation);
         let decision = source.decision(
             Some(&change.target),
-            rule,
+            refs,
             &change.verdict,
             &input,
             trace::stamp_in(&span, COMPONENT),
@@ -433,11 +486,225 @@ async fn apply(
     Ok(result)
 }
 
+/// The IsolationProfile a tenant-side object was compiled from, by its annotations (`text`
+/// reads one).
+fn profile_of(text: impl Fn(&str) -> Option<String>) -> Option<ProfileRef> {
+    Some(ProfileRef {
+        name: text(provenance::ISOLATION_PROFILE)?,
+        generation: text(provenance::ISOLATION_PROFILE_GENERATION)
+            .and_then(|g| g.parse().ok())
+            .unwrap_or(0),
+        field_path: text(provenance::ISOLATION_FIELD).unwrap_or_default(),
+        rule: None,
+    })
+}
+
+/// Keeps the Pod Security labels of `isolation` on every namespace of the tenant control plane
+/// but [`EXEMPT_NAMESPACES`], as long as the Tenant's runtime runs: each namespace as it is
+/// listed or changes, new ones as they appear. With no profile, the labels tenantplane set (on
+/// the namespaces annotated `tenantplane.io/isolation-profile`) are removed. Each patch is a
+/// recorded decision (subject: the SyncPolicy whose tenant-side compilation the profile joins;
+/// profile: the fields that set the labels); a failed one is logged and tried again on the
+/// namespace's next event or the watch's next list.
+pub async fn keep_namespace_labels(
+    client: Client,
+    recorder: DecisionRecorder,
+    source: Source,
+    isolation: Option<TenantIsolation>,
+) {
+    let namespaces = Api::<Namespace>::all(client.clone());
+    let api: Api<DynamicObject> = Api::all_with(client, &ApiResource::erase::<Namespace>(&()));
+    let mut events = watcher(namespaces, watcher::Config::default())
+        .default_backoff()
+        .boxed();
+    while let Some(event) = events.next().await {
+        let namespace = match event {
+            Ok(watcher::Event::Apply(ns) | watcher::Event::InitApply(ns)) => ns,
+            Ok(_) => continue,
+            Err(e) => {
+                tracing::warn!(tenant = %source.tenant, error = %e, "watching the tenant's namespaces");
+                continue;
+            }
+        };
+        label_namespace(&api, &recorder, &source, isolation.as_ref(), &namespace).await;
+    }
+}
+
+/// Removes the Pod Security labels this Tenant put on the namespaces of its control plane (it
+/// is being deleted), each removal a recorded decision.
+pub async fn remove_namespace_labels(
+    client: &Client,
+    recorder: &DecisionRecorder,
+    source: &Source,
+) -> anyhow::Result<()> {
+    let namespaces = Api::<Namespace>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .context("listing the namespaces of the tenant control plane")?;
+    let api: Api<DynamicObject> =
+        Api::all_with(client.clone(), &ApiResource::erase::<Namespace>(&()));
+    for namespace in &namespaces.items {
+        label_namespace(&api, recorder, source, None, namespace).await;
+    }
+    Ok(())
+}
+
+/// Brings one namespace's Pod Security labels to `isolation`'s (see [`label_patch`]), a
+/// recorded decision when it writes; a failure is logged.
+async fn label_namespace(
+    api: &Api<DynamicObject>,
+    recorder: &DecisionRecorder,
+    source: &Source,
+    isolation: Option<&TenantIsolation>,
+    namespace: &Namespace,
+) {
+    let Some((patch, verdict)) = label_patch(&source.tenant, namespace, isolation) else {
+        return;
+    };
+    let started = Instant::now();
+    let name = namespace.metadata.name.clone().unwrap_or_default();
+    let target = IsolationRef {
+        api_version: "v1".into(),
+        kind: "Namespace".into(),
+        namespace: None,
+        name: name.clone(),
+    };
+    let profile = isolation.map(|i| ProfileRef {
+        name: i.profile.clone(),
+        generation: i.generation,
+        field_path: i.pod_security_fields.clone(),
+        rule: None,
+    });
+    // The decision's span, about its subject: the SyncPolicy whose tenant-side compilation the
+    // profile joins.
+    let span = trace::evaluation_span(
+        &source.tenant,
+        &format!("{}/{}", tenantplane_api::GROUP, tenantplane_api::VERSION),
+        "SyncPolicy",
+        "",
+        &source.policy,
+    );
+    let input = digest(&patch);
+    let decision = source.decision(
+        Some(&target),
+        (None, profile),
+        &verdict,
+        &input,
+        trace::stamp_in(&span, COMPONENT),
+    );
+    let change = Change {
+        target,
+        api: api.clone(),
+        verdict,
+        write: Write::Merge(patch),
+        cluster: TENANT,
+    };
+    if let Err(e) = write(recorder, &input, &change, &decision, started)
+        .instrument(span)
+        .await
+    {
+        tracing::warn!(tenant = %source.tenant, namespace = %name, error = %format!("{e:#}"),
+            "keeping the Pod Security labels of a tenant namespace");
+    }
+}
+
+/// The merge patch that brings `namespace`'s Pod Security labels to `isolation`'s (or removes
+/// those tenantplane set, without a profile), and the verdict of writing it; `None` when the
+/// namespace is as it should be, or exempt.
+fn label_patch(
+    tenant: &str,
+    namespace: &Namespace,
+    isolation: Option<&TenantIsolation>,
+) -> Option<(serde_json::Value, Verdict)> {
+    let name = namespace.metadata.name.as_deref()?;
+    if namespace.metadata.deletion_timestamp.is_some() {
+        return None;
+    }
+    let labels = namespace.metadata.labels.clone().unwrap_or_default();
+    let annotation = |key: &str| {
+        namespace
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(key))
+    };
+    let (marker, ours) = (
+        annotation(provenance::ISOLATION_PROFILE),
+        annotation(provenance::TENANT) == Some(&tenant.to_string()),
+    );
+    match isolation.filter(|i| i.covers(name)) {
+        Some(i) => {
+            let in_place = ours
+                && marker == Some(&i.profile)
+                && i.pod_security_labels
+                    .iter()
+                    .all(|(k, v)| labels.get(k) == Some(v));
+            if in_place {
+                return None;
+            }
+            let patch = json!({"metadata": {
+                "labels": i.pod_security_labels,
+                "annotations": {provenance::ISOLATION_PROFILE: i.profile, provenance::TENANT: tenant},
+            }});
+            let modes: Vec<String> = ["enforce", "audit", "warn"]
+                .iter()
+                .filter_map(|mode| {
+                    let key = format!("pod-security.kubernetes.io/{mode}");
+                    let level = i.pod_security_labels.get(&key)?;
+                    let version = i.pod_security_labels.get(&format!("{key}-version"));
+                    Some(format!(
+                        "{mode} {level}:{}",
+                        version.map_or("latest", String::as_str)
+                    ))
+                })
+                .collect();
+            let verdict = Verdict::applied(
+                true,
+                i.pod_security_fields.clone(),
+                "CompiledFromProfile",
+                format!(
+                    "namespace {name} of the tenant control plane carries the Pod Security labels \
+                     of IsolationProfile {} (generation {}), as the host namespace does: {}",
+                    i.profile,
+                    i.generation,
+                    modes.join(", ")
+                ),
+            );
+            Some((patch, verdict))
+        }
+        None => {
+            let profile = marker.filter(|_| ours)?;
+            let removed: serde_json::Map<String, serde_json::Value> = labels
+                .keys()
+                .filter(|k| k.starts_with("pod-security.kubernetes.io/"))
+                .map(|k| (k.clone(), serde_json::Value::Null))
+                .collect();
+            let patch = json!({"metadata": {
+                "labels": removed,
+                "annotations": {provenance::ISOLATION_PROFILE: null, provenance::TENANT: null},
+            }});
+            let verdict = Verdict::applied(
+                true,
+                String::new(),
+                "NoLongerCompiled",
+                format!(
+                    "the Pod Security labels of IsolationProfile {profile} are removed from \
+                     namespace {name} of the tenant control plane: the Tenant no longer puts \
+                     them there"
+                ),
+            );
+            Some((patch, verdict))
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use axum::Router;
     use axum::http::header;
     use axum::routing::get;
+
+    use serde_json::Value;
 
     use super::*;
     use crate::metrics::SyncMetrics;
@@ -461,6 +728,74 @@ mod tests {
         Client::try_from(kube::Config::new(url.parse().unwrap())).unwrap()
     }
 
+    fn namespace(name: &str, labels: Value, annotations: Value) -> Namespace {
+        serde_json::from_value(
+            json!({"metadata": {"name": name, "labels": labels, "annotations": annotations}}),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn tenant_namespaces_but_the_system_ones_get_the_profiles_pod_security_labels() {
+        let tenant: Tenant = serde_json::from_value(json!({
+            "metadata": {"name": "acme"},
+            "spec": {"controlPlane": {"kubeconfigSecret": {"namespace": "ns", "name": "acme"}}},
+        }))
+        .unwrap();
+        let profile = serde_json::from_value(
+            json!({"metadata": {"name": "strict", "generation": 4}, "spec": {"level": "restricted"}}),
+        )
+        .unwrap();
+        let boundary = tenantplane_core::boundary::Boundary::compile(&tenant, &profile).unwrap();
+        let isolation = CompiledPolicy::builtin_default()
+            .tenant_admission("acme")
+            .with_isolation("acme", &boundary, None)
+            .isolation
+            .unwrap();
+        let (patch, verdict) = label_patch(
+            "acme",
+            &namespace("shop", json!({}), json!({})),
+            Some(&isolation),
+        )
+        .expect("an unlabelled namespace is labelled");
+        assert_eq!(
+            patch["metadata"]["labels"]["pod-security.kubernetes.io/enforce"],
+            "restricted"
+        );
+        assert_eq!(
+            patch["metadata"]["annotations"],
+            json!({provenance::ISOLATION_PROFILE: "strict", provenance::TENANT: "acme"})
+        );
+        assert_eq!(verdict.reason, "CompiledFromProfile");
+        assert!(
+            verdict.message.ends_with(
+                "enforce restricted:v1.34, audit restricted:v1.34, warn restricted:v1.34"
+            ),
+            "{}",
+            verdict.message
+        );
+        let labelled = namespace(
+            "shop",
+            patch["metadata"]["labels"].clone(),
+            patch["metadata"]["annotations"].clone(),
+        );
+        assert!(
+            label_patch("acme", &labelled, Some(&isolation)).is_none(),
+            "in place"
+        );
+        let system = namespace("kube-system", json!({}), json!({}));
+        assert!(label_patch("acme", &system, Some(&isolation)).is_none());
+
+        // Without the profile, the labels this Tenant set go; another Tenant's stay.
+        let (removal, verdict) = label_patch("acme", &labelled, None).unwrap();
+        assert_eq!(
+            removal["metadata"]["labels"]["pod-security.kubernetes.io/enforce"],
+            Value::Null
+        );
+        assert_eq!(verdict.reason, "NoLongerCompiled");
+        assert!(label_patch("other", &labelled, None).is_none());
+    }
+
     #[tokio::test]
     async fn a_control_plane_without_validating_admission_policy_gets_a_condition_that_says_so() {
         let client = control_plane_of_kubernetes_1_29().await;
@@ -473,7 +808,14 @@ mod tests {
         .unwrap();
         let policy = CompiledPolicy::builtin_default();
         let source = Source::new(&tenant, None, &policy);
-        reconcile(&client, &recorder, &ledger, &source, &policy).await;
+        reconcile(
+            &client,
+            &recorder,
+            &ledger,
+            &source,
+            &policy.tenant_admission("old"),
+        )
+        .await;
         let condition = ledger
             .condition(conditions::TENANT_ADMISSION)
             .expect("the condition");

@@ -258,7 +258,8 @@ impl Printer {
 /// (`name` when it is cluster-scoped, such as a tenant's host Namespace), and
 /// the SyncPolicy rule that decided (`policy/rule`, `policy/(default)`), or for an isolation
 /// decision the IsolationProfile, its generation and the field that produced the object
-/// (`profile@generation:spec.network.defaultDeny`).
+/// (`profile@generation:spec.network.defaultDeny`), or for an object the host would refuse under
+/// the profile, the profile and its rule (`profile@generation/PodSecurity/runAsUser`).
 fn table_columns(d: &Decision) -> [String; 3] {
     let s = &d.subject;
     let subject = if s.namespace.is_empty() {
@@ -274,6 +275,12 @@ fn table_columns(d: &Decision) -> [String; 3] {
         }
     });
     let rule = match (&d.policy, &d.profile) {
+        (_, Some(p)) if p.rule.is_some() => format!(
+            "{}@{}/{}",
+            p.name,
+            p.generation,
+            p.rule.as_deref().unwrap_or_default()
+        ),
         (Some(p), _) => format!("{}/{}", p.name, p.rule.as_deref().unwrap_or("(default)")),
         (None, Some(p)) if p.field_path.is_empty() => format!("{}@{}", p.name, p.generation),
         (None, Some(p)) => format!("{}@{}:{}", p.name, p.generation, p.field_path),
@@ -340,6 +347,18 @@ mod tests {
         assert_eq!(
             super::table_columns(&namespace)[1..],
             ["t-acme", "baseline@4"]
+        );
+        let refused = decision(serde_json::json!({
+            "outcome": "Rejected", "action": "None", "reason": "PodSecurityForbidden",
+            "subject": {"apiVersion": "v1", "kind": "Pod", "namespace": "shop", "name": "web"},
+            "target": {"apiVersion": "v1", "kind": "Pod", "namespace": "t-acme", "name": "web-x-shop"},
+            "policy": {"name": "strict", "revision": "3", "rule": "workloads"},
+            "profile": {"name": "walls", "generation": 2, "fieldPath": "spec.level",
+                        "rule": "PodSecurity/runAsUser"},
+        }));
+        assert_eq!(
+            super::table_columns(&refused)[2],
+            "walls@2/PodSecurity/runAsUser"
         );
     }
 

@@ -15,8 +15,9 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use serde::Serialize;
-use tenantplane_api::Tenant;
+use tenantplane_api::{IsolationProfile, Tenant};
 use tenantplane_client::{ClientConfig, PlannerClient};
+use tenantplane_core::boundary::Boundary;
 use tenantplane_core::collision::HostObjectMeta;
 use tenantplane_core::decision::Stamp;
 use tenantplane_core::documents::Origin;
@@ -24,7 +25,9 @@ use tenantplane_core::parallel;
 use tenantplane_core::planner::HostState;
 use tenantplane_core::reference::REFERENCEABLE_KINDS;
 use tenantplane_core::watch::{UnrecordedFate, Watches};
-use tenantplane_core::{AtApply, CompiledPolicy, Decision, Outcome, Plan, Planner, TenantObject};
+use tenantplane_core::{
+    AtApply, CompiledPolicy, Decision, Outcome, Plan, Planner, TenantAdmission, TenantObject,
+};
 
 use crate::input::{self, OutputFormat};
 use crate::{host_cluster, kind_scopes};
@@ -46,6 +49,13 @@ pub struct Args {
     /// The SyncPolicy (YAML or JSON). Default: the built-in `tenantplane-default` policy.
     #[arg(long, value_name = "FILE")]
     pub policy: Option<PathBuf>,
+
+    /// The Tenant's IsolationProfile (YAML or JSON): what the host's admission refuses under it
+    /// (Pod Security, its admission policies) is predicted Rejected. Default: the one the Tenant
+    /// names (spec.isolationProfileRef), found among the --host documents or read with
+    /// --host-kubeconfig.
+    #[arg(long, value_name = "FILE")]
+    pub profile: Option<PathBuf>,
 
     /// Current host objects (files or directories), to predict collisions at the target names.
     #[arg(long = "host", value_name = "PATH")]
@@ -144,12 +154,23 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
             .with_context(|| format!("SyncPolicy {}", path.display()))?,
         _ => CompiledPolicy::builtin_default(),
     };
-    let admission = policy.tenant_admission(tenant.metadata.name.as_deref().unwrap_or_default());
-    let planner = Planner::new(&tenant, policy);
+    let name = tenant.metadata.name.clone().unwrap_or_default();
+    let mut admission = policy.tenant_admission(&name);
     let mut documents = input::read_documents(&args.inputs)?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
+    let profile = runtime.block_on(profile_in_force(args, &tenant))?;
+    let planner = match &profile {
+        Some((source, profile)) => Planner::new(&tenant, policy).with_boundary(
+            Boundary::compile(&tenant, profile)
+                .with_context(|| format!("IsolationProfile {source}"))?,
+        ),
+        None => Planner::new(&tenant, policy),
+    };
+    if let Some(boundary) = planner.boundary() {
+        admission = admission.with_isolation(&name, boundary, planner.policy().synced_namespaces());
+    }
     let mut kinds = kind_scopes::kinds_of(&documents);
     // The reference check looks at what each reference resolves to on the host, whatever kinds
     // the inputs are (a Pod naming a ServiceAccount when no ServiceAccount is among them). They
@@ -180,31 +201,22 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
 
     let objects = tenant_objects(documents);
     let results = match &args.planner {
-        None => explain(&planner, &watches, &host, objects),
+        None => explain(&planner, &admission, &watches, &host, objects),
         Some(address) => runtime.block_on(explain_remote(
             address,
-            &tenant,
-            policy_text.as_deref(),
+            (&tenant, &admission),
+            (
+                policy_text.as_deref(),
+                profile
+                    .map(|(_, p)| serde_json::to_string(&p))
+                    .transpose()?
+                    .as_deref(),
+            ),
             &watches,
             &host,
             objects,
         ))?,
     };
-    let mut results = results;
-    for r in &mut results {
-        if let Some(p) = r
-            .planned
-            .as_ref()
-            .filter(|p| p.decision.outcome == Outcome::Rejected)
-        {
-            let rule = p
-                .decision
-                .policy
-                .as_ref()
-                .and_then(|policy| policy.rule.as_deref());
-            r.tenant_admission = Some(admission.refused_by(rule));
-        }
-    }
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     match args.output {
         OutputFormat::Table => write_table(&mut out, &results)?,
@@ -253,14 +265,16 @@ pub fn tenant_objects(
               allocation per object"
 )]
 enum Fate {
-    Planned(Planned),
+    /// Planned, with what the tenant control plane does at apply time when the host refuses it.
+    Planned(Planned, Option<AtApply>),
     Unrecorded(UnrecordedFate),
 }
 
 /// Plans every object the syncer watches in process, on every core, and returns the results in
-/// input order.
+/// input order, each refused one with what the tenant control plane's `admission` does with it.
 pub fn explain(
     planner: &Planner,
+    admission: &TenantAdmission,
     watches: &Watches<'_>,
     host: &HostState,
     objects: Vec<ObjectInput>,
@@ -283,15 +297,23 @@ pub fn explain(
     let decisions = parallel::map_in_order(&each, |&i| {
         plans[i].to_decision(planner.tenant(), watched[i], Stamp::now(COMPONENT))
     });
-    let mut planned = plans
-        .into_iter()
-        .zip(decisions)
-        .map(|(plan, decision)| Planned { decision, plan });
+    let mut planned =
+        plans
+            .into_iter()
+            .zip(decisions)
+            .zip(&watched)
+            .map(|((plan, decision), object)| {
+                let at_apply = admission.at_apply(object, &decision);
+                (Planned { decision, plan }, at_apply)
+            });
     let fates: Vec<Fate> = fates
         .into_iter()
         .map(|fate| match fate {
             Some(fate) => Fate::Unrecorded(fate),
-            None => Fate::Planned(planned.next().expect("one plan per watched object")),
+            None => {
+                let (planned, at_apply) = planned.next().expect("one plan per watched object");
+                Fate::Planned(planned, at_apply)
+            }
         })
         .collect();
     assemble(
@@ -305,8 +327,8 @@ pub fn explain(
 /// Plans every object the syncer watches on a planner service, in input order.
 async fn explain_remote(
     address: &str,
-    tenant: &Tenant,
-    policy: Option<&str>,
+    (tenant, admission): (&Tenant, &TenantAdmission),
+    (policy, profile): (Option<&str>, Option<&str>),
     watches: &Watches<'_>,
     host: &HostState,
     objects: Vec<ObjectInput>,
@@ -328,18 +350,26 @@ async fn explain_remote(
         .collect();
     let host: Vec<HostObjectMeta> = host.iter().cloned().collect();
     let planned = client
-        .plan(tenant, policy, &valid, &host)
+        .plan(tenant, policy, profile, &valid, &host)
         .await
         .with_context(|| format!("planning on the planner at {address}"))?;
-    let mut planned = planned.into_iter().map(|p| Planned {
-        decision: p.decision,
-        plan: p.plan,
+    let mut planned = planned.into_iter().zip(&valid).map(|(p, object)| {
+        let at_apply = admission.at_apply(object, &p.decision);
+        (
+            Planned {
+                decision: p.decision,
+                plan: p.plan,
+            },
+            at_apply,
+        )
     });
     let fates: Vec<Fate> = fates
         .into_iter()
         .map(|fate| match fate {
             Some(fate) => Some(Fate::Unrecorded(fate)),
-            None => planned.next().map(Fate::Planned),
+            None => planned
+                .next()
+                .map(|(planned, at_apply)| Fate::Planned(planned, at_apply)),
         })
         .collect::<Option<_>>()
         .context("the planner answered fewer plans than it was asked for")?;
@@ -373,13 +403,65 @@ fn assemble<'a>(
                     });
                 }
                 None => match fates.next().expect("one fate per usable document") {
-                    Fate::Planned(p) => explained.planned = Some(p),
+                    Fate::Planned(p, at_apply) => {
+                        explained.planned = Some(p);
+                        explained.tenant_admission = at_apply;
+                    }
                     Fate::Unrecorded(u) => explained.unrecorded = Some(u),
                 },
             }
             explained
         })
         .collect()
+}
+
+/// The IsolationProfile the objects are planned under, with where it was read: `--profile`, or
+/// the one the Tenant names, among the `--host` documents or from `--host-kubeconfig`. A profile
+/// the Tenant names that is found neither way is reported, and the objects are planned without
+/// it.
+async fn profile_in_force(
+    args: &Args,
+    tenant: &Tenant,
+) -> anyhow::Result<Option<(String, IsolationProfile)>> {
+    if let Some(path) = &args.profile {
+        let document: serde_json::Value = input::read_resource(path)?;
+        let profile = tenantplane_isolation::decode(&document)
+            .with_context(|| format!("{} is not a valid IsolationProfile", path.display()))?;
+        return Ok(Some((path.display().to_string(), profile)));
+    }
+    let Some(name) = &tenant.spec.isolation_profile_ref else {
+        return Ok(None);
+    };
+    let found = match &args.host_kubeconfig {
+        Some(kubeconfig) => {
+            host_cluster::read_profile(kubeconfig, args.host_context.as_deref(), name)
+                .await?
+                .map(|p| (format!("{name} of the host cluster"), p))
+        }
+        None => input::read_documents(&args.host)?
+            .into_iter()
+            .filter_map(|(origin, document)| Some((origin, document.ok()?)))
+            .find(|(_, d)| d["kind"] == "IsolationProfile" && d["metadata"]["name"] == *name)
+            .map(|(origin, d)| {
+                let profile = tenantplane_isolation::decode(&d)
+                    .with_context(|| format!("{origin} is not a valid IsolationProfile"))?;
+                anyhow::Ok((format!("{name} ({origin})"), profile))
+            })
+            .transpose()?,
+    };
+    if found.is_none() {
+        eprintln!(
+            "warning: Tenant {} names IsolationProfile {name}, which is not {}: predicting \
+             without it (what the host's admission refuses under it shows up as HostRefused); \
+             give it with --profile",
+            tenant.name(),
+            match &args.host_kubeconfig {
+                Some(_) => "in the host cluster",
+                None => "among the --host documents",
+            }
+        );
+    }
+    Ok(found)
 }
 
 fn default_tenant() -> Tenant {
@@ -497,12 +579,17 @@ pub fn write_table(out: &mut impl Write, results: &[Explained]) -> std::io::Resu
                 }
                 table.cell(format_args!("{}", d.action.as_str()));
                 table.cell(format_args!("{}", d.outcome));
-                match &d.policy {
-                    Some(policy) => match &policy.rule {
+                match (&d.profile, &d.policy) {
+                    (Some(profile), _) if profile.rule.is_some() => table.cell(format_args!(
+                        "{}/{}",
+                        profile.name,
+                        profile.rule.as_deref().unwrap_or_default()
+                    )),
+                    (_, Some(policy)) => match &policy.rule {
                         Some(rule) => table.cell(format_args!("{}/{rule}", policy.name)),
                         None => table.cell(format_args!("{}/(default)", policy.name)),
                     },
-                    None => table.cell(format_args!("-")),
+                    (_, None) => table.cell(format_args!("-")),
                 }
                 match d.stripped_keys.len() {
                     0 => table.cell(format_args!("{}", d.reason)),

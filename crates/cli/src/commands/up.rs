@@ -19,8 +19,8 @@
 //!
 //! The examples directory is read by layout: the resources at its top level (Tenant, SyncPolicy,
 //! IsolationProfile) and everything under `host/` go to the host cluster; everything under
-//! `workloads/` goes to the tenant control plane. Each Tenant's kubeconfig Secret is written
-//! with the tenant cluster's kubeconfig.
+//! `workloads/` goes to the tenant control plane, and the Tenants go last. Each Tenant's
+//! kubeconfig Secret is written with the tenant cluster's kubeconfig.
 
 use std::convert::Infallible;
 use std::path::{Path, PathBuf};
@@ -352,7 +352,10 @@ async fn install_crds(host: &kube::Client) -> anyhow::Result<()> {
 }
 
 /// Applies the examples: top-level resources and `host/` to the host, `workloads/` to the
-/// tenant, and each Tenant's kubeconfig Secret. Bad documents are reported and skipped.
+/// tenant, and each Tenant's kubeconfig Secret; the Tenants last, so that the syncer finds the
+/// tenant's workloads there when it starts serving one (they are decided on the host side, as
+/// an existing tenant's are when it is put under tenantplane; what the tenant applies later meets
+/// its admission policies and Pod Security labels first). Bad documents are reported and skipped.
 async fn apply_examples(
     examples: &Path,
     host: &kube::Client,
@@ -372,10 +375,13 @@ async fn apply_examples(
     top.retain(|p| p.is_file());
     top.sort();
     let kubeconfig = std::fs::read_to_string(data.join("tenant.kubeconfig"))?;
+    let mut tenants = Vec::new();
     for (_, value) in documents(&top)? {
         if value["kind"] == "Tenant" {
             let t: Tenant = serde_json::from_value(value.clone()).context("reading a Tenant")?;
             write_kubeconfig_secret(host, &t, &kubeconfig).await?;
+            tenants.push(value);
+            continue;
         }
         apply(host, value, Patience::UntilServed).await?;
     }
@@ -398,6 +404,9 @@ async fn apply_examples(
                 eprintln!("tenantplane up: skipping {origin}: {e:#}");
             }
         }
+    }
+    for tenant in tenants {
+        apply(host, tenant, Patience::UntilServed).await?;
     }
     Ok(())
 }

@@ -728,10 +728,15 @@ fn render_decision(out: &mut String, label: &str, entry: &Entry, trace_url: &Tra
         );
     }
     if let Some(p) = &d.profile {
+        let rule = p
+            .rule
+            .as_deref()
+            .map(|r| format!(", rule {r}"))
+            .unwrap_or_default();
         line(
             "  profile",
             format!(
-                "IsolationProfile {} generation {}, field {}",
+                "IsolationProfile {} generation {}, field {}{rule}",
                 p.name, p.generation, p.field_path
             ),
         );

@@ -32,7 +32,11 @@ use serde_json::{Value, json};
 use tenantplane_api::sync_policy::{AdmissionAction, RuleMatch, SyncRule};
 use tenantplane_api::{SyncAction, admission, provenance};
 
-use super::{CompiledPolicy, CompiledRule, Verdict};
+use super::{CompiledPolicy, CompiledRule};
+use crate::boundary::{Boundary, complete_pod};
+use crate::decision::{Decision, Outcome};
+use crate::object::TenantObject;
+use crate::pod_security::LevelVersion;
 
 /// At most this many matchConditions per policy (the API server's limit).
 const MAX_MATCH_CONDITIONS: usize = 64;
@@ -50,6 +54,59 @@ pub struct TenantAdmission {
     pub objects: Vec<Value>,
     /// Every Reject rule, in order, and how the tenant control plane enforces it.
     pub rules: Vec<RuleAdmission>,
+    /// The Tenant's IsolationProfile in its control plane, when it has one
+    /// ([`TenantAdmission::with_isolation`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub isolation: Option<TenantIsolation>,
+}
+
+/// The namespaces of a tenant control plane that keep no Pod Security labels and no profile
+/// admission policy: its own system namespaces (kube-system runs the tenant's CoreDNS and other
+/// system pods, which the host side judges when they are synced).
+pub const EXEMPT_NAMESPACES: [&str; 3] = ["kube-system", "kube-public", "kube-node-lease"];
+
+impl TenantIsolation {
+    /// Whether the tenant namespace `namespace` carries the profile's labels and policies.
+    pub fn covers(&self, namespace: &str) -> bool {
+        !EXEMPT_NAMESPACES.contains(&namespace)
+            && self
+                .namespaces
+                .as_ref()
+                .is_none_or(|listed| listed.iter().any(|n| n == namespace))
+    }
+}
+
+/// What a Tenant's IsolationProfile puts in its control plane, besides the admission policies
+/// among [`TenantAdmission::objects`]: the Pod Security labels of its namespaces.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TenantIsolation {
+    /// IsolationProfile name.
+    pub profile: String,
+    /// Its generation.
+    pub generation: i64,
+    /// The labels `pod-security.kubernetes.io/{enforce,audit,warn}` and their `-version` every
+    /// namespace but [`EXEMPT_NAMESPACES`] carries: the host namespace's.
+    pub pod_security_labels: BTreeMap<String, String>,
+    /// The profile fields that set them.
+    pub pod_security_fields: String,
+    /// The Pod Security level and version enforced (`restricted:v1.34`), if any.
+    pub pod_security: Option<String>,
+    /// The namespaces that carry the labels and the policies: those the SyncPolicy syncs objects
+    /// of, but [`EXEMPT_NAMESPACES`]; `None`: every namespace but those.
+    pub namespaces: Option<Vec<String>>,
+    /// Each admission policy of the host namespace and its copy in the tenant control plane.
+    pub policies: Vec<TenantPolicy>,
+}
+
+/// One of the profile's admission policies, on the host and in the tenant control plane.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TenantPolicy {
+    /// Its name on the host.
+    pub host: String,
+    /// Its name in the tenant control plane.
+    pub tenant: String,
 }
 
 /// How one Reject rule is enforced in the tenant control plane.
@@ -86,6 +143,11 @@ pub enum AtApply {
         /// The ValidatingAdmissionPolicy that warns.
         admission_policy: String,
     },
+    /// It fails: its namespace enforces Pod Security at this level and version.
+    PodSecurity {
+        /// `restricted:v1.34`.
+        enforced: String,
+    },
     /// It succeeds and the failure is in the tenant's audit log (validationActions Audit).
     Audited {
         /// The ValidatingAdmissionPolicy that audits.
@@ -115,16 +177,50 @@ impl std::fmt::Display for AtApply {
                 f,
                 "admitted at apply time, audited (ValidatingAdmissionPolicy {admission_policy})"
             ),
+            AtApply::PodSecurity { enforced } => write!(
+                f,
+                "refused at apply time (Pod Security {enforced}, the namespace's label)"
+            ),
             AtApply::Admitted { why } => write!(f, "admitted at apply time: {why}"),
         }
     }
 }
 
 impl TenantAdmission {
-    /// What the tenant control plane would have done when the object `verdict` is about was
-    /// applied; `None` when the host does not refuse it.
-    pub fn at_apply(&self, verdict: &Verdict) -> Option<AtApply> {
-        (verdict.action == SyncAction::Reject).then(|| self.refused_by(verdict.rule.as_deref()))
+    /// What the tenant control plane does, at apply time, with `object`, which `decision` says
+    /// the host refuses (`None` when it does not): the Pod Security label of its namespace first,
+    /// as kube-apiserver runs Pod Security before any ValidatingAdmissionPolicy, then the policy
+    /// of the rule (or the profile's rule) that refuses it.
+    pub fn at_apply(&self, object: &TenantObject, decision: &Decision) -> Option<AtApply> {
+        if decision.outcome != Outcome::Rejected {
+            return None;
+        }
+        let namespace = &object.identity.namespace;
+        let refused_by_pod_security = self
+            .isolation
+            .as_ref()
+            .filter(|i| i.covers(namespace))
+            .filter(|_| object.identity.group().is_empty() && object.identity.kind == "Pod")
+            .and_then(|i| {
+                let enforced = LevelVersion::enforced_by_labels(&i.pod_security_labels);
+                let mut pod = object.object.clone();
+                complete_pod(&mut pod, true);
+                (!enforced.evaluate(&pod).is_empty()).then(|| enforced.to_string())
+            });
+        if let Some(enforced) = refused_by_pod_security {
+            return Some(AtApply::PodSecurity { enforced });
+        }
+        Some(
+            match decision.profile.as_ref().and_then(|p| p.rule.as_deref()) {
+                Some(rule) if rule.starts_with("PodSecurity/") => AtApply::Admitted {
+                    why: "the pod meets Pod Security as the tenant control plane has it; its host \
+                      copy does not"
+                        .into(),
+                },
+                Some(rule) => self.refused_by_profile(namespace, rule),
+                None => self.refused_by(decision.policy.as_ref().and_then(|p| p.rule.as_deref())),
+            },
+        )
     }
 
     /// What the tenant control plane does, at apply time, with an object the host refuses by
@@ -154,6 +250,118 @@ impl TenantAdmission {
             AdmissionAction::Warn => AtApply::Warned { admission_policy },
             AdmissionAction::Audit => AtApply::Audited { admission_policy },
         }
+    }
+
+    /// What the tenant control plane does, at apply time, with an object of `namespace` the host
+    /// refuses under the Tenant's IsolationProfile by `rule` (`PodSecurity/<check>` or
+    /// `ValidatingAdmissionPolicy/<host name>`, a decision's `profile.rule`).
+    pub fn refused_by_profile(&self, namespace: &str, rule: &str) -> AtApply {
+        let Some(isolation) = &self.isolation else {
+            return AtApply::Admitted {
+                why: "the tenant control plane does not enforce the IsolationProfile".into(),
+            };
+        };
+        if !isolation.covers(namespace) {
+            return AtApply::Admitted {
+                why: format!(
+                    "namespace {namespace} of the tenant control plane is left to the host side"
+                ),
+            };
+        }
+        match rule.split_once('/') {
+            Some(("PodSecurity", _)) => match &isolation.pod_security {
+                Some(enforced) => AtApply::PodSecurity {
+                    enforced: enforced.clone(),
+                },
+                None => AtApply::Admitted {
+                    why: "the namespace enforces no Pod Security level".into(),
+                },
+            },
+            Some((_, host)) => match isolation.policies.iter().find(|p| p.host == host) {
+                Some(p) => AtApply::Refused {
+                    admission_policy: p.tenant.clone(),
+                },
+                None => AtApply::Admitted {
+                    why: format!("{host} is enforced on the host side only"),
+                },
+            },
+            None => AtApply::Admitted {
+                why: format!("{rule} is enforced on the host side only"),
+            },
+        }
+    }
+
+    /// This compilation joined by what `boundary`, the Tenant's compiled IsolationProfile, puts in
+    /// its control plane: each of its admission policies as a policy of the tenant control plane
+    /// (`tenantplane-<tenant>-profile-<purpose>`, `Deny`), and the Pod Security labels its
+    /// namespaces carry ([`TenantAdmission::isolation`]); both in `namespaces` (those the
+    /// SyncPolicy syncs objects of, [`CompiledPolicy::synced_namespaces`]; `None`: every one) but
+    /// [`EXEMPT_NAMESPACES`].
+    pub fn with_isolation(
+        mut self,
+        tenant: &str,
+        boundary: &Boundary,
+        namespaces: Option<Vec<String>>,
+    ) -> TenantAdmission {
+        let selector = match &namespaces {
+            Some(listed) => json!({"matchExpressions": [{"key": "kubernetes.io/metadata.name",
+                "operator": "In",
+                "values": listed.iter().filter(|n| !EXEMPT_NAMESPACES.contains(&n.as_str())).collect::<Vec<_>>()}]}),
+            None => json!({"matchExpressions": [{"key": "kubernetes.io/metadata.name",
+                "operator": "NotIn", "values": EXEMPT_NAMESPACES}]}),
+        };
+        let profile = boundary.profile();
+        let host_prefix = format!("tenantplane-{tenant}-");
+        let mut policies = Vec::new();
+        for ([policy, binding], fields) in boundary.admission_policies() {
+            let host = policy["metadata"]["name"].as_str().unwrap_or_default();
+            let name = format!(
+                "{host_prefix}profile-{}",
+                host.strip_prefix(&host_prefix).unwrap_or(host)
+            );
+            let metadata = json!({
+                "name": name,
+                "labels": { provenance::MANAGED: "true", provenance::TENANT: tenant },
+                "annotations": {
+                    provenance::SYNC_POLICY: self.policy,
+                    provenance::SYNC_POLICY_REVISION: self.revision,
+                    provenance::ISOLATION_PROFILE: profile.name,
+                    provenance::ISOLATION_PROFILE_GENERATION: profile.generation.to_string(),
+                    provenance::ISOLATION_FIELD: fields,
+                    provenance::ADMISSION_ACTIONS: AdmissionAction::Deny.as_str(),
+                },
+            });
+            self.objects.push(json!({
+                "apiVersion": admission::API_VERSION,
+                "kind": admission::POLICY_KIND,
+                "metadata": metadata,
+                "spec": policy["spec"],
+            }));
+            let mut spec = binding["spec"].clone();
+            spec["policyName"] = json!(name);
+            spec["matchResources"] = json!({"namespaceSelector": selector});
+            self.objects.push(json!({
+                "apiVersion": admission::API_VERSION,
+                "kind": admission::BINDING_KIND,
+                "metadata": metadata,
+                "spec": spec,
+            }));
+            policies.push(TenantPolicy {
+                host: host.to_string(),
+                tenant: name,
+            });
+        }
+        let (pod_security_labels, pod_security_fields) = boundary.pod_security_labels();
+        self.isolation = Some(TenantIsolation {
+            profile: profile.name,
+            generation: profile.generation,
+            pod_security_labels,
+            pod_security_fields: pod_security_fields.to_string(),
+            pod_security: boundary.pod_security().map(|e| e.to_string()),
+            namespaces,
+            policies,
+        });
+        self
     }
 
     /// The objects as a multi-document YAML stream.
@@ -238,6 +446,7 @@ impl CompiledPolicy {
             revision: self.revision.clone(),
             objects,
             rules,
+            isolation: None,
         }
     }
 
@@ -436,37 +645,46 @@ fn conjunction(rule: &SyncRule) -> String {
 
 /// Why a condition cannot be enforced at admission, if it cannot.
 fn host_side_only_reason(name: &str, expression: &Expression) -> Result<(), String> {
-    let mut problem = None;
+    let mut status = false;
     walk(&expression.expr, &mut |expr| {
-        if problem.is_some() {
-            return;
-        }
-        match expr {
-            Expr::Select(s) if s.field == "status" && is_ident(&s.operand.expr, "object") => {
-                problem = Some(format!(
-                    "its condition {name} reads object.status, which the tenant's controllers \
-                     write after admission"
-                ));
-            }
-            Expr::Ident(id)
-                if [
-                    "oldObject",
-                    "request",
-                    "params",
-                    "namespaceObject",
-                    "authorizer",
-                    "variables",
-                ]
-                .contains(&id.as_str()) =>
-            {
-                problem = Some(format!(
-                    "its condition {name} reads {id}, which the host side does not have"
-                ));
-            }
-            _ => {}
+        status |= matches!(expr, Expr::Select(s)
+            if s.field == "status" && is_ident(&s.operand.expr, "object"));
+    });
+    if status {
+        return Err(format!(
+            "its condition {name} reads object.status, which the tenant's controllers write \
+             after admission"
+        ));
+    }
+    match admission_variable(expression) {
+        Some(id) => Err(format!(
+            "its condition {name} reads {id}, which the host side does not have"
+        )),
+        None => Ok(()),
+    }
+}
+
+/// The first admission variable other than `object` that an expression reads (`oldObject`,
+/// `request`, `params`, `namespaceObject`, `authorizer`, `variables`), if any.
+pub(crate) fn admission_variable(expression: &Expression) -> Option<String> {
+    let mut found = None;
+    walk(&expression.expr, &mut |expr| {
+        if let Expr::Ident(id) = expr
+            && found.is_none()
+            && [
+                "oldObject",
+                "request",
+                "params",
+                "namespaceObject",
+                "authorizer",
+                "variables",
+            ]
+            .contains(&id.as_str())
+        {
+            found = Some(id.to_string());
         }
     });
-    problem.map_or(Ok(()), Err)
+    found
 }
 
 fn is_ident(expr: &Expr, name: &str) -> bool {
@@ -571,9 +789,9 @@ mod tests {
     fn every_reject_rule_of_the_default_policy_becomes_a_policy_and_binding_with_provenance() {
         let compiled = CompiledPolicy::builtin_default();
         let a = compiled.tenant_admission("acme");
-        assert_eq!(a.rules.len(), 10);
+        assert_eq!(a.rules.len(), 13);
         assert!(a.rules.iter().all(|r| r.admission_policy.is_some()));
-        assert_eq!(a.objects.len(), 20);
+        assert_eq!(a.objects.len(), 26);
         let vap = find(
             &a,
             "ValidatingAdmissionPolicy",
@@ -666,10 +884,10 @@ mod tests {
         let verdict = p.evaluate(&pod);
         assert_eq!(verdict.action, SyncAction::Reject, "the host refuses");
         assert_eq!(
-            a.at_apply(&verdict),
-            Some(AtApply::Warned {
+            a.refused_by(verdict.rule.as_deref()),
+            AtApply::Warned {
                 admission_policy: "tenantplane-acme-warned".into()
-            })
+            }
         );
     }
 
@@ -704,7 +922,7 @@ mod tests {
         let pod = TenantObject::from_value(json!({"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": "x", "namespace": "a"}, "status": {"phase": "Failed"}}))
         .unwrap();
-        let at_apply = a.at_apply(&p.evaluate(&pod)).unwrap();
+        let at_apply = a.refused_by(p.evaluate(&pod).rule.as_deref());
         assert!(matches!(at_apply, AtApply::Admitted { .. }), "{at_apply}");
 
         let p = policy(json!([
@@ -752,6 +970,87 @@ mod tests {
             a.rules[0].host_side_only.as_deref(),
             Some("never decides: the earlier rule all-pods matches every object it matches")
         );
+    }
+
+    #[test]
+    fn the_profiles_admission_policies_join_and_say_what_happens_at_apply_time() {
+        let tenant: tenantplane_api::Tenant = serde_json::from_value(json!({
+            "metadata": {"name": "acme"},
+            "spec": {"controlPlane": {"kubeconfigSecret": {"namespace": "ns", "name": "acme"}}},
+        }))
+        .unwrap();
+        let profile = serde_json::from_value(
+            json!({"metadata": {"name": "strict", "generation": 2}, "spec": {"level": "strict"}}),
+        )
+        .unwrap();
+        let boundary = Boundary::compile(&tenant, &profile).unwrap();
+        let a = CompiledPolicy::builtin_default()
+            .tenant_admission("acme")
+            .with_isolation("acme", &boundary, Some(vec!["shop".into()]));
+        let vap = find(
+            &a,
+            "ValidatingAdmissionPolicy",
+            "tenantplane-acme-profile-image-pull-always",
+        );
+        assert_eq!(
+            vap["metadata"]["annotations"][provenance::ISOLATION_PROFILE],
+            "strict"
+        );
+        let binding = find(
+            &a,
+            "ValidatingAdmissionPolicyBinding",
+            "tenantplane-acme-profile-image-pull-always",
+        );
+        assert_eq!(
+            binding["spec"]["matchResources"]["namespaceSelector"]["matchExpressions"][0]["values"],
+            json!(["shop"])
+        );
+        assert!(
+            a.objects
+                .iter()
+                .all(|o| o["metadata"]["name"] != "tenantplane-acme-profile-protect-managed"),
+            "who writes on the host is no tenant's concern"
+        );
+        assert_eq!(
+            a.refused_by_profile("shop", "PodSecurity/runAsNonRoot"),
+            AtApply::PodSecurity {
+                enforced: "restricted:v1.34".into()
+            }
+        );
+        assert_eq!(
+            a.refused_by_profile(
+                "shop",
+                "ValidatingAdmissionPolicy/tenantplane-acme-runtime-class"
+            ),
+            AtApply::Refused {
+                admission_policy: "tenantplane-acme-profile-runtime-class".into()
+            }
+        );
+        assert!(matches!(
+            a.refused_by_profile("kube-system", "PodSecurity/runAsNonRoot"),
+            AtApply::Admitted { .. }
+        ));
+        // A pod a SyncPolicy rule refuses meets the namespace's Pod Security first.
+        let debugger = TenantObject::from_value(json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "d", "namespace": "shop"},
+            "spec": {"hostNetwork": true, "containers": [{"name": "c", "image": "busybox"}]}}))
+        .unwrap();
+        let planner = crate::Planner::new(&tenant, CompiledPolicy::builtin_default());
+        let decision = planner.plan(&debugger, &Default::default()).to_decision(
+            "acme",
+            &debugger,
+            crate::decision::Stamp::now("test"),
+        );
+        assert_eq!(
+            a.at_apply(&debugger, &decision),
+            Some(AtApply::PodSecurity {
+                enforced: "restricted:v1.34".into()
+            })
+        );
+        assert!(matches!(
+            a.refused_by_profile("ops", "PodSecurity/runAsNonRoot"),
+            AtApply::Admitted { .. }
+        ));
     }
 
     #[test]

@@ -8,7 +8,7 @@ use std::fmt;
 
 use k8s_openapi::jiff::Timestamp;
 use serde_json::Value;
-use tenantplane_api::{IsolationLevel, SyncAction, Tenant, TenantSpec};
+use tenantplane_api::{IsolationLevel, IsolationProfile, SyncAction, Tenant, TenantSpec};
 use tenantplane_core::collision::{Collision, ConflictCause};
 use tenantplane_core::decision::{HostAction, HostTarget, PolicyRef, ProfileRef, Stamp, Subject};
 use tenantplane_core::mapping::{
@@ -21,7 +21,7 @@ use tenantplane_proto::isolation::v1 as isolation;
 use tenantplane_proto::planner::v1 as planner;
 use tenantplane_proto::types::v1 as types;
 
-use crate::error::FieldError;
+use crate::error::{FieldError, RequestError};
 
 /// The Tenant a TenantRef names: a DNS-1123 label name, an optional host namespace and its
 /// mapping scheme (empty: `v1`).
@@ -83,6 +83,14 @@ pub fn json_object(field: impl fmt::Display, bytes: &[u8]) -> Result<Value, Fiel
 pub fn text(field: &str, bytes: &[u8]) -> Result<String, FieldError> {
     String::from_utf8(bytes.to_vec())
         .map_err(|e| FieldError::new(field, format!("is not UTF-8 text: {e}")))
+}
+
+/// The IsolationProfile (YAML or JSON) carried at the request field `at`.
+pub fn isolation_profile(at: &'static str, bytes: &[u8]) -> Result<IsolationProfile, RequestError> {
+    let text = text(at, bytes)?;
+    let document: Value = serde_norway::from_str(&text)
+        .map_err(|e| FieldError::new(at, format!("is not YAML or JSON: {e}")))?;
+    tenantplane_isolation::decode(&document).map_err(RequestError::isolation(at))
 }
 
 /// An object identity, namespace empty for cluster-scoped objects.
@@ -336,6 +344,7 @@ fn plan_parts(
         action: self::host_action(field, host_action)?,
         reason,
         message,
+        profile: p.profile.map(profile_ref),
     };
     let decision = required_moved(field, "decision", p.decision)?;
     Ok((p.source, plan, decision))
@@ -459,11 +468,7 @@ fn decision_of(field: &str, d: types::Decision) -> Result<Decision, FieldError> 
             revision: p.revision,
             rule: some_moved(p.rule),
         }),
-        profile: d.profile.map(|p| ProfileRef {
-            name: p.name,
-            generation: p.generation,
-            field_path: p.field_path,
-        }),
+        profile: d.profile.map(profile_ref),
         reason: d.reason,
         message: d.message,
         field_path: some_moved(d.field_path),
@@ -476,6 +481,16 @@ fn decision_of(field: &str, d: types::Decision) -> Result<Decision, FieldError> 
         span_id: some_moved(d.span_id),
         closes: some_moved(d.closes),
     })
+}
+
+/// An IsolationProfile reference, moved.
+pub fn profile_ref(p: types::ProfileRef) -> ProfileRef {
+    ProfileRef {
+        name: p.name,
+        generation: p.generation,
+        field_path: p.field_path,
+        rule: some_moved(p.rule),
+    }
 }
 
 /// A timestamp, at `{field}.{name}`.
@@ -564,6 +579,7 @@ pub fn compiled_object(
             },
             field_paths: p.field_paths.clone(),
             explanation: p.explanation.clone(),
+            refused_field: some(&p.refused_field),
         },
     })
 }

@@ -41,6 +41,7 @@ pub fn object_plan(
         action,
         mut reason,
         mut message,
+        profile,
     } = plan;
     let minimal = plan_form == planner::PlanForm::Minimal;
     if minimal {
@@ -70,6 +71,7 @@ pub fn object_plan(
         reason,
         message,
         decision: Some(decision),
+        profile: profile.map(profile_ref),
     }
 }
 
@@ -268,11 +270,7 @@ pub fn decision_of(d: Decision) -> types::Decision {
             revision: p.revision,
             rule: p.rule.unwrap_or_default(),
         }),
-        profile: d.profile.map(|p: ProfileRef| types::ProfileRef {
-            name: p.name,
-            generation: p.generation,
-            field_path: p.field_path,
-        }),
+        profile: d.profile.map(profile_ref),
         reason: d.reason,
         message: d.message,
         field_path: d.field_path.unwrap_or_default(),
@@ -284,6 +282,16 @@ pub fn decision_of(d: Decision) -> types::Decision {
         trace_id: d.trace_id.unwrap_or_default(),
         span_id: d.span_id.unwrap_or_default(),
         closes: d.closes.unwrap_or_default(),
+    }
+}
+
+/// An IsolationProfile reference.
+pub fn profile_ref(p: ProfileRef) -> types::ProfileRef {
+    types::ProfileRef {
+        name: p.name,
+        generation: p.generation,
+        field_path: p.field_path,
+        rule: p.rule.unwrap_or_default(),
     }
 }
 
@@ -322,6 +330,7 @@ pub fn compiled_object(o: &CompiledObject) -> isolation::CompiledObject {
         level,
         field_paths,
         explanation,
+        refused_field,
     } = &o.provenance;
     isolation::CompiledObject {
         r#ref: ObjectRef::from_object(&o.object).as_ref().map(object_ref),
@@ -332,6 +341,7 @@ pub fn compiled_object(o: &CompiledObject) -> isolation::CompiledObject {
             level: isolation_level(*level).into(),
             field_paths: field_paths.clone(),
             explanation: explanation.clone(),
+            refused_field: refused_field.clone().unwrap_or_default(),
         }),
     }
 }

@@ -44,6 +44,7 @@ use kube::discovery::ApiCapabilities;
 use kube::runtime::reflector;
 use serde_json::Value;
 use tenantplane_api::Tenant;
+use tenantplane_core::boundary::Boundary;
 use tenantplane_core::decision::{HostAction, Outcome};
 use tenantplane_core::mapping::TenantPlacement;
 use tenantplane_core::reference::REFERENCEABLE_KINDS;
@@ -154,6 +155,13 @@ pub struct TenantRuntime {
     pub kinds: Vec<String>,
 }
 
+impl TenantRuntime {
+    /// Runs `task` as long as this runtime: it is stopped with it.
+    pub fn adopt(&mut self, task: JoinHandle<()>) {
+        self.tasks.push(task);
+    }
+}
+
 impl Drop for TenantRuntime {
     fn drop(&mut self) {
         for t in &self.tasks {
@@ -168,7 +176,10 @@ struct Worker {
     shared: Arc<Shared>,
     tenant: Tenant,
     policy: Option<String>,
-    /// The planner core under the same policy, for the checks made again on the live view.
+    /// The IsolationProfile sent to the planner, when the Tenant names one.
+    profile: Option<String>,
+    /// The planner core under the same policy and profile, for the checks made again on the
+    /// live view.
     planner: Planner,
     caches: Caches,
     queue: Arc<WorkQueue<Key>>,
@@ -183,6 +194,7 @@ pub async fn start(
     shared: Arc<Shared>,
     tenant: Tenant,
     (policy_text, policy): (Option<String>, CompiledPolicy),
+    profile: Option<(String, Boundary)>,
     kinds: Vec<(ApiResource, ApiCapabilities)>,
     tenant_client: Client,
     ledger: TenantLedger,
@@ -228,6 +240,13 @@ pub async fn start(
     let tuning = shared.tuning.clone();
     let metrics = shared.metrics.clone();
     let tenant_name = placement.tenant.clone();
+    let (profile, planner) = match profile {
+        Some((text, boundary)) => (
+            Some(text),
+            Planner::new(&tenant, policy).with_boundary(boundary),
+        ),
+        None => (None, Planner::new(&tenant, policy)),
+    };
     let queue = WorkQueue::with_depth_gauge(metrics.queue_depth(&tenant_name));
     let worker = Arc::new(Worker {
         recorder: DecisionRecorder::new(
@@ -242,7 +261,8 @@ pub async fn start(
         ),
         shared,
         policy: policy_text,
-        planner: Planner::new(&tenant, policy),
+        profile,
+        planner,
         caches: Caches::new(placement, kind_table, referenced),
         queue,
         attempts: Mutex::new(HashMap::new()),

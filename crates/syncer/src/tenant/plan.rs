@@ -78,6 +78,7 @@ impl Worker {
             .plan(PlanRequest {
                 tenant: &self.tenant,
                 policy: self.policy.as_deref(),
+                profile: self.profile.as_deref(),
                 objects: &objects,
                 host: &host,
                 trace_contexts: &trace_contexts,
