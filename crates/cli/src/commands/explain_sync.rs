@@ -7,8 +7,11 @@
 //! or named by no Sync rule) gets no plan: its row says `NotWatched` and why, as the syncer records
 //! nothing about it (`tenantplane_core::watch`). A bad document is reported with its file,
 //! document index and field; the rest of the input is still planned.
+//!
+//! A large input is planned in bounded memory: each document is parsed, planned and rendered on
+//! one of the cores, and of it only its output is kept (docs/architecture.md, "Large inputs").
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -19,12 +22,15 @@ use tenantplane_api::Tenant;
 use tenantplane_client::{ClientConfig, PlannerClient};
 use tenantplane_core::collision::HostObjectMeta;
 use tenantplane_core::decision::Stamp;
-use tenantplane_core::documents::Origin;
-use tenantplane_core::parallel;
-use tenantplane_core::planner::HostState;
-use tenantplane_core::reference::REFERENCEABLE_KINDS;
+use tenantplane_core::documents::{Document, DocumentError, Reader};
+use tenantplane_core::planner::{HeldPlans, HostState, SharedNames};
+use tenantplane_core::reference::{REFERENCEABLE_KINDS, Reference};
+use tenantplane_core::scope;
 use tenantplane_core::watch::{UnrecordedFate, Watches};
-use tenantplane_core::{AtApply, CompiledPolicy, Decision, Outcome, Plan, Planner, TenantObject};
+use tenantplane_core::{
+    AtApply, CompiledPolicy, Decision, Outcome, Plan, Planner, SourceIdentity, TenantAdmission,
+    TenantObject,
+};
 
 use crate::input::{self, OutputFormat};
 use crate::{host_cluster, kind_scopes};
@@ -131,7 +137,22 @@ pub struct InputError {
     pub problem: String,
 }
 
+impl From<DocumentError> for InputError {
+    fn from(e: DocumentError) -> Self {
+        InputError {
+            field: e.field,
+            problem: e.problem,
+        }
+    }
+}
+
 /// Runs explain-sync.
+///
+/// The inputs are read twice, as texts held in memory: first their [outlines](Survey), on every
+/// core, for what must be known before the first object is planned (the kinds, the
+/// CustomResourceDefinitions, which objects share a v1 host name); then each document is parsed,
+/// planned and written, on every core and in input order, and only what the output still needs
+/// of it is kept ([`Rows`], [`Report`]).
 pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     let fail_on = FailOn::parse(&args.fail_on)?;
     let tenant = match &args.tenant {
@@ -146,14 +167,19 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     };
     let admission = policy.tenant_admission(tenant.metadata.name.as_deref().unwrap_or_default());
     let planner = Planner::new(&tenant, policy);
-    let mut documents = input::read_documents(&args.inputs)?;
+    let inputs = input::read_inputs(&args.inputs)?;
+    let mut readers: Vec<Reader> = inputs
+        .iter()
+        .map(|input| Reader::new(&input.source, &input.text))
+        .collect();
+    let survey = Survey::of(&mut readers);
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    let mut kinds = kind_scopes::kinds_of(&documents);
     // The reference check looks at what each reference resolves to on the host, whatever kinds
     // the inputs are (a Pod naming a ServiceAccount when no ServiceAccount is among them). They
     // are all served at v1, as the syncer watches them.
+    let mut kinds = survey.kinds.clone();
     kinds.extend(REFERENCEABLE_KINDS.iter().map(|(group, kind)| {
         let api_version = match *group {
             "" => "v1".to_string(),
@@ -166,7 +192,11 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         (None, Some(kubeconfig)) => Some((kubeconfig.as_path(), args.host_context.as_deref())),
         (None, None) => None,
     };
-    let scopes = runtime.block_on(kind_scopes::of_inputs(&mut documents, discovery))?;
+    let scopes = runtime.block_on(kind_scopes::of_inputs(
+        &survey.kinds,
+        &survey.crds,
+        discovery,
+    ))?;
     let watches = Watches::new(planner.policy(), scopes);
     let host = match &args.host_kubeconfig {
         Some(kubeconfig) => runtime.block_on(host_cluster::read(
@@ -177,156 +207,357 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         ))?,
         None => read_host_state(&args.host)?,
     };
-
-    let objects = tenant_objects(documents);
-    let results = match &args.planner {
-        None => explain(&planner, &watches, &host, objects),
+    let shared = SharedNames::new(
+        planner.placement(),
+        survey
+            .objects
+            .iter()
+            .filter(|(_, id)| watches.watches(id.group(), &id.kind))
+            .map(|(position, id)| (*position, id)),
+    );
+    drop(survey);
+    let explainer = Explainer {
+        planner: &planner,
+        watches: &watches,
+        host: &host,
+        admission: &admission,
+        shared: &shared,
+        output: args.output,
+    };
+    let mut report = Report::new(
+        std::io::BufWriter::new(std::io::stdout().lock()),
+        args.output,
+    );
+    match &args.planner {
+        None => explainer.explain(readers, &mut report)?,
         Some(address) => runtime.block_on(explain_remote(
+            &explainer,
             address,
             &tenant,
             policy_text.as_deref(),
-            &watches,
-            &host,
-            objects,
+            readers,
+            &mut report,
         ))?,
-    };
-    let mut results = results;
-    for r in &mut results {
-        if let Some(p) = r
-            .planned
-            .as_ref()
-            .filter(|p| p.decision.outcome == Outcome::Rejected)
-        {
-            let rule = p
-                .decision
-                .policy
-                .as_ref()
-                .and_then(|policy| policy.rule.as_deref());
-            r.tenant_admission = Some(admission.refused_by(rule));
-        }
     }
-    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
-    match args.output {
-        OutputFormat::Table => write_table(&mut out, &results)?,
-        OutputFormat::Json => {
-            serde_json::to_writer_pretty(&mut out, &results)?;
-            writeln!(out)?;
-        }
-        OutputFormat::Yaml => write!(out, "{}", serde_norway::to_string(&results)?)?,
-    }
-    out.flush()?;
+    let tally = report.finish()?;
     if args.output == OutputFormat::Table {
-        eprintln!("{}", summary(&results));
+        eprintln!("{tally}");
     }
-    Ok(if results.iter().any(|r| fail_on.matches(r)) {
+    Ok(if fail_on.matches(&tally) {
         ExitCode::FAILURE
     } else {
         ExitCode::SUCCESS
     })
 }
 
-/// A document read as a tenant object, or why it cannot be one; with its origin.
-pub type ObjectInput = (String, Result<TenantObject, InputError>);
+/// What explain-sync must know of the whole input before it plans the first object, read from
+/// the documents' outlines: the kinds of the inputs (for discovery and the host cluster's
+/// state), the CustomResourceDefinitions among them (which say their kinds' scopes), and the
+/// identity of every object, by position (which objects share a v1 host name).
+struct Survey {
+    kinds: BTreeSet<(String, String)>,
+    crds: Vec<serde_json::Value>,
+    objects: Vec<(usize, SourceIdentity)>,
+}
 
-/// Reads each document's identity; unusable documents keep their error.
-pub fn tenant_objects(
-    documents: Vec<(Origin, Result<serde_json::Value, InputError>)>,
-) -> Vec<ObjectInput> {
-    documents
-        .into_iter()
-        .map(|(origin, value)| {
-            let object = value.and_then(|v| {
-                TenantObject::from_value(v).map_err(|e| InputError {
+/// What the survey keeps of one document.
+struct Surveyed {
+    kind: Option<(String, String)>,
+    crd: Option<serde_json::Value>,
+    identity: Option<SourceIdentity>,
+}
+
+impl Surveyed {
+    fn of(outline: Option<serde_json::Value>) -> Self {
+        let Some(outline) = outline else {
+            return Surveyed {
+                kind: None,
+                crd: None,
+                identity: None,
+            };
+        };
+        let field = |name: &str| outline.get(name).and_then(|v| v.as_str()).map(String::from);
+        let kind = field("apiVersion").zip(field("kind"));
+        let crd = scope::is_crd(&outline).then(|| outline.clone());
+        let identity = TenantObject::from_value(outline).ok().map(|o| o.identity);
+        Surveyed {
+            kind,
+            crd,
+            identity,
+        }
+    }
+}
+
+impl Survey {
+    fn of(readers: &mut [Reader]) -> Self {
+        let mut survey = Survey {
+            kinds: BTreeSet::new(),
+            crds: Vec::new(),
+            objects: Vec::new(),
+        };
+        let documents = readers
+            .iter_mut()
+            .flat_map(|reader| reader.outlines(Surveyed::of));
+        for (position, surveyed) in documents.enumerate() {
+            survey.kinds.extend(surveyed.kind);
+            survey.crds.extend(surveyed.crd);
+            survey
+                .objects
+                .extend(surveyed.identity.map(|identity| (position, identity)));
+        }
+        survey
+    }
+}
+
+/// Explains documents: everything a document's row needs, computed where the document is read.
+struct Explainer<'a> {
+    planner: &'a Planner,
+    watches: &'a Watches<'a>,
+    host: &'a HostState,
+    admission: &'a TenantAdmission,
+    shared: &'a SharedNames,
+    output: OutputFormat,
+}
+
+/// One document explained: its row, or its plan held until the objects it shares a v1 host name
+/// with have been planned.
+enum Explanation {
+    Row(Row),
+    Held(Box<Held>),
+}
+
+/// A plan [`SharedNames`] holds, and the rest of its row.
+struct Held {
+    origin: String,
+    object: SourceIdentity,
+    /// Its decision record, unless the output is the table.
+    decision: Option<Decision>,
+    plan: Plan,
+    references: Vec<Reference>,
+}
+
+impl Explainer<'_> {
+    /// Plans every document of `readers` in process, on every core, and writes each row as soon
+    /// as it is final, in input order.
+    fn explain(&self, readers: Vec<Reader>, report: &mut Report<impl Write>) -> anyhow::Result<()> {
+        let mut rows = Rows::new(self.shared);
+        for reader in readers {
+            reader.read(
+                |document| self.explain_document(document),
+                |explanation| rows.take(explanation, self, report),
+            )?;
+        }
+        Ok(())
+    }
+
+    fn explain_document(&self, document: Result<Document, DocumentError>) -> Explanation {
+        let (origin, object) = tenant_object(document);
+        let object = match object {
+            Ok(object) => object,
+            Err(error) => return Explanation::Row(self.row(&Explained::error(origin, error))),
+        };
+        if let Some(fate) = self.watches.unrecorded(&object) {
+            return Explanation::Row(self.row(&Explained::unrecorded(origin, fate)));
+        }
+        let (plan, references) = self.planner.plan_and_references(&object, self.host);
+        // The table shows no decision record (id, time, input digest): only the other outputs
+        // make one.
+        let decision = (self.output != OutputFormat::Table)
+            .then(|| plan.to_decision(self.planner.tenant(), &object, Stamp::now(COMPONENT)));
+        if self.shared.holds(&plan, &references) {
+            return Explanation::Held(Box::new(Held {
+                origin,
+                object: object.identity,
+                decision,
+                plan,
+                references,
+            }));
+        }
+        self.planned_row(origin, &object.identity, plan, decision)
+    }
+
+    /// The row of a planned object: its decision record and plan, or the table's cells.
+    fn planned_row(
+        &self,
+        origin: String,
+        subject: &SourceIdentity,
+        plan: Plan,
+        decision: Option<Decision>,
+    ) -> Explanation {
+        Explanation::Row(match decision {
+            Some(decision) => self.row(&self.planned(origin, Planned { decision, plan })),
+            None => Row::planned_cells(subject, &plan, self.at_apply(&plan)),
+        })
+    }
+
+    /// The result of a planned object, with what the tenant control plane does with it when the
+    /// host refuses it.
+    fn planned(&self, origin: String, planned: Planned) -> Explained {
+        Explained {
+            origin,
+            tenant_admission: self.at_apply(&planned.plan),
+            planned: Some(planned),
+            unrecorded: None,
+            error: None,
+        }
+    }
+
+    /// What the tenant control plane does, when it is applied, with an object the host refuses.
+    fn at_apply(&self, plan: &Plan) -> Option<AtApply> {
+        (plan.outcome == Outcome::Rejected)
+            .then(|| self.admission.refused_by(plan.verdict.rule.as_deref()))
+    }
+
+    fn row(&self, explained: &Explained) -> Row {
+        Row::of(explained, self.output)
+    }
+}
+
+/// A document read as a tenant object, or why it cannot be one; with its origin.
+fn tenant_object(
+    document: Result<Document, DocumentError>,
+) -> (String, Result<TenantObject, InputError>) {
+    match document {
+        Err(e) => (e.origin.to_string(), Err(InputError::from(e))),
+        Ok(Document { origin, value }) => {
+            let object = match kind_scopes::crd_error(&value) {
+                Some(error) => Err(error),
+                None => TenantObject::from_value(value).map_err(|e| InputError {
                     field: e.field().to_string(),
                     problem: e.to_string(),
-                })
-            });
+                }),
+            };
             (origin.to_string(), object)
-        })
-        .collect()
+        }
+    }
 }
 
-/// What becomes of one usable tenant object: planned, or never seen by the syncer.
-#[expect(
-    clippy::large_enum_variant,
-    reason = "each is moved at once into an Explained, which is as large; boxing would cost an \
-              allocation per object"
-)]
-enum Fate {
-    Planned(Planned),
-    Unrecorded(UnrecordedFate),
+impl Explained {
+    fn error(origin: String, error: InputError) -> Self {
+        Explained {
+            origin,
+            planned: None,
+            unrecorded: None,
+            error: Some(error),
+            tenant_admission: None,
+        }
+    }
+
+    fn unrecorded(origin: String, fate: UnrecordedFate) -> Self {
+        Explained {
+            origin,
+            planned: None,
+            unrecorded: Some(fate),
+            error: None,
+            tenant_admission: None,
+        }
+    }
 }
 
-/// Plans every object the syncer watches in process, on every core, and returns the results in
-/// input order.
-pub fn explain(
-    planner: &Planner,
-    watches: &Watches<'_>,
-    host: &HostState,
-    objects: Vec<ObjectInput>,
-) -> Vec<Explained> {
-    let valid: Vec<&TenantObject> = objects
-        .iter()
-        .filter_map(|(_, o)| o.as_ref().ok())
-        .collect();
-    // The objects the syncer never sees get their fate; the others are planned as one batch.
-    let fates: Vec<Option<UnrecordedFate>> =
-        parallel::map_in_order(&valid, |object| watches.unrecorded(object));
-    let watched: Vec<&TenantObject> = valid
-        .iter()
-        .zip(&fates)
-        .filter(|(_, fate)| fate.is_none())
-        .map(|(object, _)| *object)
-        .collect();
-    let plans = planner.plan_batch(&watched, host);
-    let each: Vec<usize> = (0..watched.len()).collect();
-    let decisions = parallel::map_in_order(&each, |&i| {
-        plans[i].to_decision(planner.tenant(), watched[i], Stamp::now(COMPONENT))
-    });
-    let mut planned = plans
-        .into_iter()
-        .zip(decisions)
-        .map(|(plan, decision)| Planned { decision, plan });
-    let fates: Vec<Fate> = fates
-        .into_iter()
-        .map(|fate| match fate {
-            Some(fate) => Fate::Unrecorded(fate),
-            None => Fate::Planned(planned.next().expect("one plan per watched object")),
-        })
-        .collect();
-    assemble(
-        objects
-            .iter()
-            .map(|(origin, o)| (origin.clone(), o.as_ref().err())),
-        fates.into_iter(),
-    )
+/// The rows of the documents read so far that are not written yet: those from the first held
+/// plan on (none, unless objects share a v1 host name), which [`HeldPlans`] gives back settled.
+struct Rows<'n> {
+    held: HeldPlans<'n>,
+    /// The position of the next document.
+    next: usize,
+    /// The rows after the last one written, `None` for a held plan's.
+    waiting: VecDeque<Option<Row>>,
+    /// The rest of each held plan's row, by position.
+    held_rows: HashMap<usize, (String, SourceIdentity, Option<Decision>)>,
 }
 
-/// Plans every object the syncer watches on a planner service, in input order.
+impl<'n> Rows<'n> {
+    fn new(shared: &'n SharedNames) -> Self {
+        Rows {
+            held: shared.holding(),
+            next: 0,
+            waiting: VecDeque::new(),
+            held_rows: HashMap::new(),
+        }
+    }
+
+    /// Takes the next document's explanation and writes the rows that are final.
+    fn take(
+        &mut self,
+        explanation: Explanation,
+        explainer: &Explainer<'_>,
+        report: &mut Report<impl Write>,
+    ) -> std::io::Result<()> {
+        let position = self.next;
+        self.next += 1;
+        self.waiting.push_back(match explanation {
+            Explanation::Row(row) => Some(row),
+            Explanation::Held(held) => {
+                let Held {
+                    origin,
+                    object,
+                    decision,
+                    plan,
+                    references,
+                } = *held;
+                self.held_rows
+                    .insert(position, (origin, object.clone(), decision));
+                self.held.hold(position, object, plan, references);
+                None
+            }
+        });
+        let first = self.next - self.waiting.len();
+        for (at, plan) in self.held.passed(position) {
+            let (origin, subject, mut decision) = self.held_rows.remove(&at).expect("a held row");
+            if let Some(decision) = &mut decision {
+                plan.restate(decision);
+            }
+            let Explanation::Row(row) = explainer.planned_row(origin, &subject, plan, decision)
+            else {
+                unreachable!("a settled plan's row is final");
+            };
+            self.waiting[at - first] = Some(row);
+        }
+        while let Some(Some(_)) = self.waiting.front() {
+            let row = self
+                .waiting
+                .pop_front()
+                .flatten()
+                .expect("the front is a row");
+            report.write(row)?;
+        }
+        Ok(())
+    }
+}
+
+/// Plans every object the syncer watches on a planner service, in input order. The service plans
+/// them as one batch, so they are all read first.
 async fn explain_remote(
+    explainer: &Explainer<'_>,
     address: &str,
     tenant: &Tenant,
     policy: Option<&str>,
-    watches: &Watches<'_>,
-    host: &HostState,
-    objects: Vec<ObjectInput>,
-) -> anyhow::Result<Vec<Explained>> {
+    readers: Vec<Reader<'_>>,
+    report: &mut Report<impl Write>,
+) -> anyhow::Result<()> {
     let mut client = PlannerClient::connect(&ClientConfig::new(address))
         .await
         .with_context(|| format!("connecting to the planner at {address}"))?;
-    let fates: Vec<Option<UnrecordedFate>> = objects
+    let mut documents = Vec::new();
+    for reader in readers {
+        reader.read(tenant_object, |document| {
+            documents.push(document);
+            Ok::<_, std::convert::Infallible>(())
+        })?;
+    }
+    let fates: Vec<Option<UnrecordedFate>> = documents
         .iter()
         .filter_map(|(_, o)| o.as_ref().ok())
-        .map(|o| watches.unrecorded(o))
+        .map(|o| explainer.watches.unrecorded(o))
         .collect();
-    let valid: Vec<TenantObject> = objects
+    let valid: Vec<TenantObject> = documents
         .iter()
         .filter_map(|(_, o)| o.as_ref().ok())
         .zip(&fates)
         .filter(|(_, fate)| fate.is_none())
         .map(|(o, _)| o.clone())
         .collect();
-    let host: Vec<HostObjectMeta> = host.iter().cloned().collect();
+    let host: Vec<HostObjectMeta> = explainer.host.iter().cloned().collect();
     let planned = client
         .plan(tenant, policy, &valid, &host)
         .await
@@ -335,51 +566,28 @@ async fn explain_remote(
         decision: p.decision,
         plan: p.plan,
     });
-    let fates: Vec<Fate> = fates
+    let mut fates = fates.into_iter();
+    let results = documents
         .into_iter()
-        .map(|fate| match fate {
-            Some(fate) => Some(Fate::Unrecorded(fate)),
-            None => planned.next().map(Fate::Planned),
-        })
-        .collect::<Option<_>>()
-        .context("the planner answered fewer plans than it was asked for")?;
-    Ok(assemble(
-        objects
-            .iter()
-            .map(|(origin, o)| (origin.clone(), o.as_ref().err())),
-        fates.into_iter(),
-    ))
-}
-
-/// Puts the fates (one per usable document, in order) back beside the unusable documents.
-fn assemble<'a>(
-    documents: impl Iterator<Item = (String, Option<&'a InputError>)>,
-    mut fates: impl Iterator<Item = Fate>,
-) -> Vec<Explained> {
-    documents
-        .map(|(origin, error)| {
-            let mut explained = Explained {
-                origin,
-                planned: None,
-                unrecorded: None,
-                tenant_admission: None,
-                error: None,
-            };
-            match error {
-                Some(e) => {
-                    explained.error = Some(InputError {
-                        field: e.field.clone(),
-                        problem: e.problem.clone(),
-                    });
-                }
-                None => match fates.next().expect("one fate per usable document") {
-                    Fate::Planned(p) => explained.planned = Some(p),
-                    Fate::Unrecorded(u) => explained.unrecorded = Some(u),
+        .map(|(origin, object)| {
+            Ok(match object {
+                Err(error) => Explained::error(origin, error),
+                Ok(_) => match fates.next().expect("one fate per usable document") {
+                    Some(fate) => Explained::unrecorded(origin, fate),
+                    None => explainer.planned(
+                        origin,
+                        planned
+                            .next()
+                            .context("the planner answered fewer plans than it was asked for")?,
+                    ),
                 },
-            }
-            explained
+            })
         })
-        .collect()
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    for explained in &results {
+        report.write(explainer.row(explained))?;
+    }
+    Ok(())
 }
 
 fn default_tenant() -> Tenant {
@@ -446,114 +654,268 @@ impl FailOn {
         Ok(fail_on)
     }
 
-    fn matches(&self, result: &Explained) -> bool {
-        match (&result.planned, &result.unrecorded) {
-            (Some(p), _) => self.outcomes.contains(&p.decision.outcome),
-            (None, Some(u)) => self.unrecorded.contains(u.fate.outcome()),
-            (None, None) => self.errors,
+    /// Whether any of the documents counted in `tally` fails the run.
+    fn matches(&self, tally: &Tally) -> bool {
+        tally.outcomes.keys().any(|o| self.outcomes.contains(o))
+            || tally.unrecorded.keys().any(|u| self.unrecorded.contains(u))
+            || (self.errors && tally.errors > 0)
+    }
+}
+
+/// How many documents got each outcome, each fate of the syncer's not watching them, and how
+/// many were unusable.
+#[derive(Debug, Default)]
+struct Tally {
+    documents: usize,
+    outcomes: BTreeMap<Outcome, usize>,
+    unrecorded: BTreeMap<&'static str, usize>,
+    errors: usize,
+}
+
+/// What one row counts for in a [`Tally`].
+#[derive(Clone, Copy, Debug)]
+enum Counted {
+    Outcome(Outcome),
+    Unrecorded(&'static str),
+    Error,
+}
+
+impl Tally {
+    fn count(&mut self, counted: Counted) {
+        self.documents += 1;
+        match counted {
+            Counted::Outcome(o) => *self.outcomes.entry(o).or_insert(0) += 1,
+            Counted::Unrecorded(u) => *self.unrecorded.entry(u).or_insert(0) += 1,
+            Counted::Error => self.errors += 1,
         }
     }
 }
 
 /// `15 documents: 6 Synced, 2 Skipped, 3 Rejected, 2 Conflict, 1 NotWatched, 1 error`.
-fn summary(results: &[Explained]) -> String {
-    let mut counts = std::collections::BTreeMap::new();
-    let mut unrecorded = std::collections::BTreeMap::new();
-    let mut errors = 0;
-    for r in results {
-        match (&r.planned, &r.unrecorded) {
-            (Some(p), _) => *counts.entry(p.decision.outcome).or_insert(0) += 1,
-            (None, Some(u)) => *unrecorded.entry(u.fate.outcome()).or_insert(0) += 1,
-            (None, None) => errors += 1,
+impl std::fmt::Display for Tally {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut parts: Vec<String> = self
+            .outcomes
+            .iter()
+            .map(|(o, n)| format!("{n} {o}"))
+            .collect();
+        parts.extend(self.unrecorded.iter().map(|(o, n)| format!("{n} {o}")));
+        if self.errors > 0 {
+            parts.push(format!(
+                "{} error{}",
+                self.errors,
+                if self.errors == 1 { "" } else { "s" }
+            ));
         }
+        write!(f, "{} documents: {}", self.documents, parts.join(", "))
     }
-    let mut parts: Vec<String> = counts.iter().map(|(o, n)| format!("{n} {o}")).collect();
-    parts.extend(unrecorded.iter().map(|(o, n)| format!("{n} {o}")));
-    if errors > 0 {
-        parts.push(format!(
-            "{errors} error{}",
-            if errors == 1 { "" } else { "s" }
-        ));
-    }
-    format!("{} documents: {}", results.len(), parts.join(", "))
 }
 
-/// The table explain-sync prints (and `--planner` mode prints identically).
-pub fn write_table(out: &mut impl Write, results: &[Explained]) -> std::io::Result<()> {
-    let mut table = Table::with_rows(results.len() + 1);
-    for header in ["SOURCE", "HOST", "ACTION", "OUTCOME", "RULE", "REASON"] {
-        table.cell(format_args!("{header}"));
-    }
-    for r in results {
-        match &r.planned {
-            Some(p) => {
-                let d = &p.decision;
-                let (kind, namespace, name) =
-                    (&d.subject.kind, &d.subject.namespace, &d.subject.name);
-                table.cell(format_args!("{kind}/{namespace}/{name}"));
-                match &d.target {
-                    Some(t) => table.cell(format_args!("{}/{}", t.namespace, t.name)),
-                    None => table.cell(format_args!("-")),
-                }
-                table.cell(format_args!("{}", d.action.as_str()));
-                table.cell(format_args!("{}", d.outcome));
-                match &d.policy {
-                    Some(policy) => match &policy.rule {
-                        Some(rule) => table.cell(format_args!("{}/{rule}", policy.name)),
-                        None => table.cell(format_args!("{}/(default)", policy.name)),
-                    },
-                    None => table.cell(format_args!("-")),
-                }
-                match d.stripped_keys.len() {
-                    0 => table.cell(format_args!("{}", d.reason)),
-                    n => table.cell(format_args!(
-                        "{} ({n} reserved tenantplane.io/ keys stripped)",
-                        d.reason
-                    )),
-                }
-            }
-            None => match (&r.unrecorded, &r.error) {
-                (Some(u), _) => {
-                    let s = &u.subject;
-                    match s.namespace.as_str() {
-                        "" => table.cell(format_args!("{}/{}", s.kind, s.name)),
-                        ns => table.cell(format_args!("{}/{ns}/{}", s.kind, s.name)),
-                    }
-                    table.cell(format_args!("-"));
-                    table.cell(format_args!("none"));
-                    table.cell(format_args!("{}", u.fate.outcome()));
-                    match &u.verdict.rule {
-                        Some(rule) => table.cell(format_args!("{}/{rule}", u.verdict.policy)),
-                        None => table.cell(format_args!("{}/(default)", u.verdict.policy)),
-                    }
-                    table.cell(format_args!("{}", u.fate.reason()));
-                }
-                (None, Some(e)) => {
-                    for cell in [r.origin.as_str(), "-", "none", "Error", "-", &e.problem] {
-                        table.cell(format_args!("{cell}"));
-                    }
-                }
-                (None, None) => unreachable!("every result is planned, unrecorded or an error"),
-            },
+/// One document's part of the output, rendered where the document was explained; what the
+/// explanation was is dropped.
+struct Row {
+    text: RowText,
+    /// For the table: the subject of an object the host refuses, and what the tenant control
+    /// plane does with it at apply time.
+    refused: Option<(String, AtApply)>,
+    counted: Counted,
+}
+
+enum RowText {
+    /// The table's cells.
+    Cells([String; Table::COLUMNS]),
+    /// An element of the JSON or YAML list, as it stands in the list.
+    Element(String),
+}
+
+impl Row {
+    /// The table's row of a planned object, from its plan.
+    fn planned_cells(subject: &SourceIdentity, plan: &Plan, at_apply: Option<AtApply>) -> Row {
+        let source = format!("{}/{}/{}", subject.kind, subject.namespace, subject.name);
+        Row {
+            text: RowText::Cells(plan_cells(source.clone(), plan)),
+            refused: at_apply.map(|at_apply| (source, at_apply)),
+            counted: Counted::Outcome(plan.outcome),
         }
     }
-    table.write(out)?;
-    write_tenant_admission(out, results)
+
+    fn of(explained: &Explained, output: OutputFormat) -> Row {
+        let counted = match (&explained.planned, &explained.unrecorded) {
+            (Some(p), _) => Counted::Outcome(p.decision.outcome),
+            (None, Some(u)) => Counted::Unrecorded(u.fate.outcome()),
+            (None, None) => Counted::Error,
+        };
+        let (text, refused) = match output {
+            OutputFormat::Table => (RowText::Cells(cells(explained)), refused(explained)),
+            OutputFormat::Json => (RowText::Element(json_element(explained)), None),
+            OutputFormat::Yaml => (RowText::Element(yaml_element(explained)), None),
+        };
+        Row {
+            text,
+            refused,
+            counted,
+        }
+    }
+}
+
+/// The element of a pretty-printed JSON list: the result pretty-printed, each line indented by
+/// the list's two spaces (a JSON string holds no line break).
+fn json_element(explained: &Explained) -> String {
+    let text = serde_json::to_string_pretty(explained).expect("a result always serializes");
+    format!("  {}", text.replace('\n', "\n  "))
+}
+
+/// The entry of a YAML sequence: the result as a document, its first line after `- `, the others
+/// (but empty lines, which a block scalar writes bare) indented by two spaces.
+fn yaml_element(explained: &Explained) -> String {
+    let text = serde_norway::to_string(explained).expect("a result always serializes");
+    let mut element = String::with_capacity(text.len() + text.len() / 8);
+    for (i, line) in text.lines().enumerate() {
+        element.push_str(match (i, line.is_empty()) {
+            (0, _) => "- ",
+            (_, false) => "  ",
+            (_, true) => "",
+        });
+        element.push_str(line);
+        element.push('\n');
+    }
+    element
+}
+
+/// The table's cells of one result.
+fn cells(r: &Explained) -> [String; Table::COLUMNS] {
+    if let Some(p) = &r.planned {
+        let s = &p.decision.subject;
+        return plan_cells(format!("{}/{}/{}", s.kind, s.namespace, s.name), &p.plan);
+    }
+    match (&r.unrecorded, &r.error) {
+        (Some(u), _) => {
+            let s = &u.subject;
+            let rule = match &u.verdict.rule {
+                Some(rule) => format!("{}/{rule}", u.verdict.policy),
+                None => format!("{}/(default)", u.verdict.policy),
+            };
+            [
+                match s.namespace.as_str() {
+                    "" => format!("{}/{}", s.kind, s.name),
+                    ns => format!("{}/{ns}/{}", s.kind, s.name),
+                },
+                "-".to_string(),
+                "none".to_string(),
+                u.fate.outcome().to_string(),
+                rule,
+                u.fate.reason().to_string(),
+            ]
+        }
+        (None, Some(e)) => [
+            r.origin.clone(),
+            "-".to_string(),
+            "none".to_string(),
+            "Error".to_string(),
+            "-".to_string(),
+            e.problem.clone(),
+        ],
+        (None, None) => unreachable!("every result is planned, unrecorded or an error"),
+    }
+}
+
+/// The cells of a planned object's row (`source` the first), from its plan: what its decision
+/// says, which the plan makes.
+fn plan_cells(source: String, plan: &Plan) -> [String; Table::COLUMNS] {
+    let (p, v) = (&plan.placement, &plan.verdict);
+    let rule = match &v.rule {
+        Some(rule) => format!("{}/{rule}", v.policy),
+        None => format!("{}/(default)", v.policy),
+    };
+    let reason = match p.stripped_keys.len() {
+        0 => plan.reason.clone(),
+        n => format!(
+            "{} ({n} reserved tenantplane.io/ keys stripped)",
+            plan.reason
+        ),
+    };
+    [
+        source,
+        format!("{}/{}", p.namespace, p.name),
+        plan.action.as_str().to_string(),
+        plan.outcome.to_string(),
+        rule,
+        reason,
+    ]
+}
+
+/// For the section after the table: a refused object's subject and what the tenant's control
+/// plane does when it is applied.
+fn refused(r: &Explained) -> Option<(String, AtApply)> {
+    let s = &r.planned.as_ref()?.decision.subject;
+    Some((
+        format!("{}/{}/{}", s.kind, s.namespace, s.name),
+        r.tenant_admission.clone()?,
+    ))
+}
+
+/// explain-sync's output, written as the rows come: the JSON and YAML lists element by element;
+/// the table at the end, since its columns are as wide as their widest cell, from the cells
+/// alone, then, for each refused object, what the tenant's control plane does when it is applied.
+struct Report<W: Write> {
+    out: W,
+    output: OutputFormat,
+    table: Table,
+    refused: Vec<(String, AtApply)>,
+    tally: Tally,
+}
+
+impl<W: Write> Report<W> {
+    fn new(out: W, output: OutputFormat) -> Self {
+        let mut table = Table::default();
+        table.push(["SOURCE", "HOST", "ACTION", "OUTCOME", "RULE", "REASON"].map(String::from));
+        Report {
+            out,
+            output,
+            table,
+            refused: Vec::new(),
+            tally: Tally::default(),
+        }
+    }
+
+    fn write(&mut self, row: Row) -> std::io::Result<()> {
+        let first = self.tally.documents == 0;
+        self.tally.count(row.counted);
+        self.refused.extend(row.refused);
+        match row.text {
+            RowText::Cells(cells) => self.table.push(cells),
+            RowText::Element(element) if self.output == OutputFormat::Json => {
+                self.out.write_all(if first { b"[\n" } else { b",\n" })?;
+                self.out.write_all(element.as_bytes())?;
+            }
+            RowText::Element(element) => self.out.write_all(element.as_bytes())?,
+        }
+        Ok(())
+    }
+
+    /// Ends the output; returns the tally of every document written.
+    fn finish(mut self) -> std::io::Result<Tally> {
+        let empty = self.tally.documents == 0;
+        match self.output {
+            OutputFormat::Table => {
+                self.table.write(&mut self.out)?;
+                write_tenant_admission(&mut self.out, &self.refused)?;
+            }
+            OutputFormat::Json => self.out.write_all(if empty { b"[]\n" } else { b"\n]\n" })?,
+            OutputFormat::Yaml if empty => self.out.write_all(b"[]\n")?,
+            OutputFormat::Yaml => {}
+        }
+        self.out.flush()?;
+        Ok(self.tally)
+    }
 }
 
 /// After the table, for each refused object: what the tenant's control plane does when the
 /// object is applied.
-fn write_tenant_admission(out: &mut impl Write, results: &[Explained]) -> std::io::Result<()> {
-    let refused: Vec<(String, &AtApply)> = results
-        .iter()
-        .filter_map(|r| {
-            let s = &r.planned.as_ref()?.decision.subject;
-            Some((
-                format!("{}/{}/{}", s.kind, s.namespace, s.name),
-                r.tenant_admission.as_ref()?,
-            ))
-        })
-        .collect();
+fn write_tenant_admission(
+    out: &mut impl Write,
+    refused: &[(String, AtApply)],
+) -> std::io::Result<()> {
     if refused.is_empty() {
         return Ok(());
     }
@@ -573,6 +935,7 @@ fn write_tenant_admission(out: &mut impl Write, results: &[Explained]) -> std::i
 }
 
 /// Rows of [`Table::COLUMNS`] cells, all in one string, printed in aligned columns.
+#[derive(Default)]
 struct Table {
     /// Every cell's text, one after the other.
     text: String,
@@ -585,26 +948,13 @@ struct Table {
 impl Table {
     const COLUMNS: usize = 6;
 
-    fn with_rows(rows: usize) -> Self {
-        Table {
-            text: String::new(),
-            ends: Vec::with_capacity(rows * Self::COLUMNS),
-            widths: [0; Self::COLUMNS],
+    /// Adds a row.
+    fn push(&mut self, cells: [String; Table::COLUMNS]) {
+        for (column, cell) in cells.iter().enumerate() {
+            self.text.push_str(cell);
+            self.widths[column] = self.widths[column].max(cell.chars().count());
+            self.ends.push(self.text.len());
         }
-    }
-
-    /// Adds the next cell, filling rows left to right.
-    fn cell(&mut self, content: std::fmt::Arguments<'_>) {
-        use std::fmt::Write as _;
-
-        let start = self.text.len();
-        self.text
-            .write_fmt(content)
-            .expect("writing to a String cannot fail");
-        let column = self.ends.len() % Self::COLUMNS;
-        let width = self.text[start..].chars().count();
-        self.widths[column] = self.widths[column].max(width);
-        self.ends.push(self.text.len());
     }
 
     /// Each row on a line, each cell but the last padded to its column's width plus three
@@ -626,5 +976,97 @@ impl Table {
             writeln!(out, "{}", line.trim_end())?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+    use tenantplane_core::scope::KindScopes;
+
+    use super::*;
+
+    /// Results of every kind: synced, refused (with what admission does), not watched, and
+    /// unusable documents whose problems YAML writes in every style it has.
+    fn results() -> Vec<Explained> {
+        let planner = Planner::new(&default_tenant(), CompiledPolicy::builtin_default());
+        let watches = Watches::new(planner.policy(), KindScopes::new());
+        let admission = planner.policy().tenant_admission("demo");
+        let shared = SharedNames::new(planner.placement(), std::iter::empty());
+        let host = HostState::default();
+        let explainer = Explainer {
+            planner: &planner,
+            watches: &watches,
+            host: &host,
+            admission: &admission,
+            shared: &shared,
+            output: OutputFormat::Json,
+        };
+        let objects = [
+            json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web", "namespace": "shop",
+                "labels": {"tenantplane.io/tenant": "forged", "app": "web"}},
+                "spec": {"containers": [{"name": "web", "image": "nginx"}]}}),
+            json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "debug"},
+                "spec": {"hostNetwork": true, "containers": [{"name": "sh", "image": "busybox"}]}}),
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "shop"}}),
+        ];
+        let mut results: Vec<Explained> = objects
+            .into_iter()
+            .map(|value| {
+                let object = TenantObject::from_value(value).unwrap();
+                match watches.unrecorded(&object) {
+                    Some(fate) => Explained::unrecorded("f document 1".into(), fate),
+                    None => {
+                        let plan = planner.plan(&object, &host);
+                        let decision = plan.to_decision("demo", &object, Stamp::now(COMPONENT));
+                        explainer.planned("f document 2".into(), Planned { decision, plan })
+                    }
+                }
+            })
+            .collect();
+        for problem in [
+            "line one\n\nline three after a blank line\n",
+            "  leading spaces: and a colon",
+            "- looks like an entry",
+            "'quoted' \"twice\" # and a comment",
+            "",
+        ] {
+            results.push(Explained::error(
+                "f document 3".into(),
+                InputError {
+                    field: "spec".into(),
+                    problem: problem.into(),
+                },
+            ));
+        }
+        results
+    }
+
+    /// What the report writes of `results`, row by row.
+    fn reported(results: &[Explained], output: OutputFormat) -> String {
+        let mut out = Vec::new();
+        let mut report = Report::new(&mut out, output);
+        for result in results {
+            report.write(Row::of(result, output)).unwrap();
+        }
+        report.finish().unwrap();
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn lists_written_row_by_row_are_the_lists_written_whole() {
+        let results = results();
+        assert!(results[1].tenant_admission.is_some(), "a refused pod");
+        for n in [0, 1, results.len()] {
+            let results = &results[..n];
+            assert_eq!(
+                reported(results, OutputFormat::Json),
+                serde_json::to_string_pretty(results).unwrap() + "\n"
+            );
+            assert_eq!(
+                reported(results, OutputFormat::Yaml),
+                serde_norway::to_string(results).unwrap()
+            );
+        }
     }
 }
