@@ -14,9 +14,10 @@
 //!   each one;
 //! - **explain-sync** as a user runs it, the table and `-o json`, output to /dev/null.
 //!
-//! Each is a child process of its own, so that its peak RSS (`ru_maxrss`) is its own. It prints
-//! each measurement, then the medians: wall time, peak RSS, RSS ÷ input size and time ÷ the
-//! parse-only time of the same run and format.
+//! Each is a child process of its own, so that its peak RSS (`ru_maxrss`) and its CPU time (user
+//! and system) are its own. It prints each measurement, then the medians: wall time, CPU time,
+//! peak RSS, RSS ÷ input size, and wall and CPU time ÷ the parse-only run's of the same round and
+//! format (the CPU ratio moves much less with the machine's load than the wall ratio).
 
 use std::convert::Infallible;
 use std::io::Write;
@@ -59,7 +60,7 @@ struct Args {
     /// Internal: parse FILE as explain-sync reads it and drop every document.
     #[arg(long, value_name = "FILE", hide = true)]
     parse_only: Option<PathBuf>,
-    /// Internal: run the command after `--`, then print its wall time and peak RSS.
+    /// Internal: run the command after `--`, then print its wall time, CPU time and peak RSS.
     #[arg(long, hide = true)]
     measure: bool,
     /// The command `--measure` runs.
@@ -104,97 +105,141 @@ fn main() -> ExitCode {
     ExitCode::SUCCESS
 }
 
-/// One measured run: wall time and peak RSS of a child process.
+/// One measured run: wall time, CPU time and peak RSS of a child process.
 #[derive(Clone, Copy, Debug)]
 struct Measured {
     wall: Duration,
+    cpu: Duration,
     peak_rss: u64,
 }
 
 /// What is measured, per format.
 const BASELINE: &str = "parse only";
 
+/// One measurement of a round, with the baseline of its round and format.
+struct Row<'a> {
+    format: &'a str,
+    what: String,
+    measured: Measured,
+    baseline: Measured,
+    input: u64,
+}
+
+impl Row<'_> {
+    fn rss_ratio(&self) -> f64 {
+        self.measured.peak_rss as f64 / self.input as f64
+    }
+
+    fn wall_ratio(&self) -> f64 {
+        self.measured.wall.as_secs_f64() / self.baseline.wall.as_secs_f64()
+    }
+
+    fn cpu_ratio(&self) -> f64 {
+        self.measured.cpu.as_secs_f64() / self.baseline.cpu.as_secs_f64()
+    }
+}
+
 fn run_rounds(args: &Args, files: &[(&'static str, PathBuf)]) {
-    let mut rows: Vec<(usize, &str, String, Measured)> = Vec::new();
+    let mut rows: Vec<Row> = Vec::new();
     println!(
-        "\n{:<4} {:<6} {:<20} {:>9} {:>11} {:>11} {:>13}",
-        "run", "format", "command", "wall", "peak RSS", "RSS÷input", "time÷parse"
+        "\n{:<4} {:<6} {:<22} {:>9} {:>9} {:>11} {:>10} {:>11} {:>10}",
+        "run",
+        "format",
+        "command",
+        "wall",
+        "CPU",
+        "peak RSS",
+        "RSS÷input",
+        "wall÷parse",
+        "CPU÷parse"
     );
+    let this = std::env::current_exe().expect("the benchmark's own path");
     for run in 1..=args.runs {
         for (format, path) in files {
             if !args.formats.iter().any(|f| f == format) {
                 continue;
             }
             let input = file_size(path);
-            let this = std::env::current_exe().expect("the benchmark's own path");
-            let baseline = measure(&[
-                this.to_str().unwrap(),
-                "--parse-only",
-                path.to_str().unwrap(),
-            ]);
-            print_row(run, format, BASELINE, baseline, input, baseline);
-            rows.push((run, format, BASELINE.into(), baseline));
+            let path = path.to_str().expect("a UTF-8 path");
+            let baseline = measure(&[this.to_str().unwrap(), "--parse-only", path]);
+            let mut commands = vec![(BASELINE.to_string(), baseline)];
             for output in &args.outputs {
                 let mut command = vec![
                     env!("CARGO_BIN_EXE_tenantplane"),
                     "explain-sync",
-                    path.to_str().unwrap(),
+                    path,
                     "--fail-on",
                     "none",
                 ];
                 if output != "table" {
                     command.extend(["-o", output]);
                 }
-                let measured = measure(&command);
-                let what = format!("explain-sync -o {output}");
-                print_row(run, format, &what, measured, input, baseline);
-                rows.push((run, format, what, measured));
+                commands.push((format!("explain-sync -o {output}"), measure(&command)));
+            }
+            for (what, measured) in commands {
+                let row = Row {
+                    format,
+                    what,
+                    measured,
+                    baseline,
+                    input,
+                };
+                print_row(
+                    &run.to_string(),
+                    &row,
+                    row.measured,
+                    [row.rss_ratio(), row.wall_ratio(), row.cpu_ratio()],
+                );
+                rows.push(row);
             }
         }
     }
-    println!("\nmedians of {} runs:", args.runs);
+    println!(
+        "\nmedians of {} runs (the ratios: medians of each run's):",
+        args.runs
+    );
     for (format, path) in files {
-        let input = file_size(path);
-        let median_of = |what: &str| {
-            let mut runs: Vec<Measured> = rows
+        let whats = std::iter::once(BASELINE.to_string())
+            .chain(args.outputs.iter().map(|o| format!("explain-sync -o {o}")));
+        for what in whats {
+            let runs: Vec<&Row> = rows
                 .iter()
-                .filter(|(_, f, w, _)| f == format && w == what)
-                .map(|(_, _, _, m)| *m)
+                .filter(|r| r.format == *format && r.what == what)
                 .collect();
-            runs.sort_by_key(|m| m.wall);
-            let wall = runs.get(runs.len() / 2)?.wall;
-            runs.sort_by_key(|m| m.peak_rss);
-            Some(Measured {
-                wall,
-                peak_rss: runs[runs.len() / 2].peak_rss,
-            })
-        };
-        let Some(baseline) = median_of(BASELINE) else {
-            continue;
-        };
-        println!("{format}: input {}", mib(input));
-        print_row(0, format, BASELINE, baseline, input, baseline);
-        for output in &args.outputs {
-            let what = format!("explain-sync -o {output}");
-            if let Some(m) = median_of(&what) {
-                print_row(0, format, &what, m, input, baseline);
+            if runs.is_empty() {
+                continue;
             }
+            let median = |value: &dyn Fn(&Row) -> f64| {
+                let mut values: Vec<f64> = runs.iter().map(|r| value(r)).collect();
+                values.sort_by(f64::total_cmp);
+                values[values.len() / 2]
+            };
+            let measured = Measured {
+                wall: Duration::from_secs_f64(median(&|r| r.measured.wall.as_secs_f64())),
+                cpu: Duration::from_secs_f64(median(&|r| r.measured.cpu.as_secs_f64())),
+                peak_rss: median(&|r| r.measured.peak_rss as f64) as u64,
+            };
+            let ratios = [
+                median(&|r| r.rss_ratio()),
+                median(&|r| r.wall_ratio()),
+                median(&|r| r.cpu_ratio()),
+            ];
+            print_row("med", runs[0], measured, ratios);
         }
+        println!("     {format} input: {}", mib(file_size(path)));
     }
 }
 
-fn print_row(run: usize, format: &str, what: &str, m: Measured, input: u64, baseline: Measured) {
-    let run = if run == 0 {
-        "med".to_string()
-    } else {
-        run.to_string()
-    };
+/// Prints a measurement (`measured`, of `row`'s command) and its ratios: RSS ÷ input, wall and
+/// CPU time ÷ the parse-only run's.
+fn print_row(run: &str, row: &Row, measured: Measured, [rss, wall, cpu]: [f64; 3]) {
     println!(
-        "{run:<4} {format:<6} {what:<20} {:>7.2} s {:>11} {:>10.2}× {:>12.2}×",
-        m.wall.as_secs_f64(),
-        mib(m.peak_rss),
-        m.peak_rss as f64 / input as f64,
-        m.wall.as_secs_f64() / baseline.wall.as_secs_f64()
+        "{run:<4} {:<6} {:<22} {:>7.2} s {:>7.2} s {:>11} {rss:>9.2}× {wall:>10.2}× {cpu:>9.2}×",
+        row.format,
+        row.what,
+        measured.wall.as_secs_f64(),
+        measured.cpu.as_secs_f64(),
+        mib(measured.peak_rss),
     );
 }
 
@@ -222,12 +267,13 @@ fn measure(command: &[&str]) -> Measured {
     let mut fields = report.split_whitespace().map(|f| f.parse::<u64>().unwrap());
     Measured {
         wall: Duration::from_nanos(fields.next().expect("the wall time")),
+        cpu: Duration::from_nanos(fields.next().expect("the CPU time")),
         peak_rss: fields.next().expect("the peak RSS"),
     }
 }
 
-/// `--measure`: runs the command with its output to /dev/null and prints its wall time (ns) and
-/// peak RSS (bytes).
+/// `--measure`: runs the command with its output to /dev/null and prints its wall time and CPU
+/// time (ns) and peak RSS (bytes).
 fn measure_child(command: &[String]) -> ExitCode {
     let started = Instant::now();
     let status = Command::new(&command[0])
@@ -245,7 +291,16 @@ fn measure_child(command: &[String]) -> ExitCode {
     let usage = nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_CHILDREN)
         .expect("getrusage");
     // Linux reports ru_maxrss in KiB.
-    println!("{} {}", wall.as_nanos(), usage.max_rss() as u64 * 1024);
+    let cpu = [usage.user_time(), usage.system_time()]
+        .iter()
+        .map(|t| Duration::new(t.tv_sec() as u64, t.tv_usec() as u32 * 1000))
+        .sum::<Duration>();
+    println!(
+        "{} {} {}",
+        wall.as_nanos(),
+        cpu.as_nanos(),
+        usage.max_rss() as u64 * 1024
+    );
     ExitCode::SUCCESS
 }
 
