@@ -51,28 +51,44 @@ fn short_type_name<T>() -> &'static str {
         .unwrap_or("resource")
 }
 
-/// Every document under `paths` (directories walked in sorted order for .yaml, .yml, .json),
-/// in order, each with its origin; unreadable paths are an error, bad documents are not.
-pub fn read_documents(
-    paths: &[PathBuf],
-) -> anyhow::Result<Vec<(Origin, Result<serde_json::Value, InputError>)>> {
+/// One input: a file, or stdin (`-`), with its text.
+#[derive(Debug)]
+pub struct Input {
+    /// The path as given, or `-`.
+    pub source: String,
+    /// The whole text.
+    pub text: String,
+}
+
+/// Every input under `paths` (directories walked in sorted order for .yaml, .yml, .json), in
+/// order; unreadable paths are an error.
+pub fn read_inputs(paths: &[PathBuf]) -> anyhow::Result<Vec<Input>> {
     let mut files = Vec::new();
     for path in paths {
         collect_files(path, &mut files)?;
     }
+    files
+        .into_iter()
+        .map(|file| {
+            Ok(Input {
+                text: read_text(&file)?,
+                source: file.display().to_string(),
+            })
+        })
+        .collect()
+}
+
+/// Every document under `paths` ([`read_inputs`]), in order, each with its origin; unreadable
+/// paths are an error, bad documents are not.
+pub fn read_documents(
+    paths: &[PathBuf],
+) -> anyhow::Result<Vec<(Origin, Result<serde_json::Value, InputError>)>> {
     let mut out = Vec::new();
-    for file in files {
-        let text = read_text(&file)?;
-        for doc in documents::parse(&file.display().to_string(), &text) {
+    for input in read_inputs(paths)? {
+        for doc in documents::parse(&input.source, &input.text) {
             out.push(match doc {
                 Ok(d) => (d.origin, Ok(d.value)),
-                Err(e) => (
-                    e.origin,
-                    Err(InputError {
-                        field: e.field,
-                        problem: e.problem,
-                    }),
-                ),
+                Err(e) => (e.origin.clone(), Err(InputError::from(e))),
             });
         }
     }

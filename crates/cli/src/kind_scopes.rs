@@ -8,66 +8,47 @@ use std::path::Path;
 
 use anyhow::Context;
 use kube::core::GroupVersionKind;
-use tenantplane_core::documents::Origin;
 use tenantplane_core::object::group_of;
 use tenantplane_core::scope::{self, BuiltinKind, KindScope, KindScopes};
 use tenantplane_core::watch::discovered_scope;
 
 use crate::commands::explain_sync::InputError;
 
-/// What is known of the scopes of the kinds of `documents`: the built-in kinds, then what the
-/// discovery of the cluster of `discovery` (kubeconfig, context) says of the others, then what
-/// the CustomResourceDefinitions among the documents say (they describe what is about to be
-/// applied). A CRD that does not say its group, kind or scope becomes an input error.
+/// What is known of the scopes of `kinds` (the kinds of explain-sync's inputs): the built-in
+/// kinds, then what the discovery of the cluster of `discovery` (kubeconfig, context) says of the
+/// others, then what the CustomResourceDefinitions among the inputs, `crds`, say (they describe
+/// what is about to be applied). A CRD that does not say its group, kind or scope teaches nothing
+/// ([`crd_error`] is how it is reported).
 pub async fn of_inputs(
-    documents: &mut [(Origin, Result<serde_json::Value, InputError>)],
+    kinds: &BTreeSet<(String, String)>,
+    crds: &[serde_json::Value],
     discovery: Option<(&Path, Option<&str>)>,
 ) -> anyhow::Result<KindScopes> {
     let mut scopes = KindScopes::new();
     if let Some((kubeconfig, context)) = discovery {
         let client = crate::host_cluster::client(Some(kubeconfig), context).await?;
-        discover(&client, &kinds_of(documents), &mut scopes)
+        discover(&client, kinds, &mut scopes)
             .await
             .with_context(|| format!("discovery with {}", kubeconfig.display()))?;
     }
-    learn_from_documents(documents, &mut scopes);
+    for crd in crds {
+        // An invalid CRD is an input error of its own document.
+        let _ = scopes.learn_crd(crd);
+    }
     Ok(scopes)
 }
 
-/// Learns the kinds the CustomResourceDefinitions among `documents` define. A CRD that does
-/// not say its group, kind or scope becomes an error naming the field (the rest still count).
-fn learn_from_documents(
-    documents: &mut [(Origin, Result<serde_json::Value, InputError>)],
-    scopes: &mut KindScopes,
-) {
-    for (_, document) in documents.iter_mut() {
-        let Ok(value) = document else { continue };
-        if !scope::is_crd(value) {
-            continue;
-        }
-        if let Err((field, problem)) = scopes.learn_crd(value) {
-            *document = Err(InputError {
-                field,
-                problem: format!("CustomResourceDefinition: {problem}"),
-            });
-        }
+/// Why a document that is a CustomResourceDefinition teaches no scope: the field it does not say
+/// or says wrong. `None` for a valid CRD and for any other document.
+pub fn crd_error(document: &serde_json::Value) -> Option<InputError> {
+    if !scope::is_crd(document) {
+        return None;
     }
-}
-
-/// The (apiVersion, kind) of each usable document.
-pub fn kinds_of(
-    documents: &[(Origin, Result<serde_json::Value, InputError>)],
-) -> BTreeSet<(String, String)> {
-    documents
-        .iter()
-        .filter_map(|(_, d)| d.as_ref().ok())
-        .filter_map(|v| {
-            Some((
-                v.get("apiVersion")?.as_str()?.to_string(),
-                v.get("kind")?.as_str()?.to_string(),
-            ))
-        })
-        .collect()
+    let (field, problem) = KindScopes::new().learn_crd(document).err()?;
+    Some(InputError {
+        field,
+        problem: format!("CustomResourceDefinition: {problem}"),
+    })
 }
 
 /// Learns, from the discovery of the cluster of `client`, the scope of each of `kinds` that is

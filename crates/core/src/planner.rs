@@ -21,8 +21,12 @@ use crate::mapping::{self, MappingVersion, Placement, TenantPlacement};
 use crate::object::{SourceIdentity, TenantObject, group_of};
 use crate::parallel;
 use crate::policy::{CompiledPolicy, Verdict};
-use crate::reference::{self, HostObjects};
-use crate::translate::{self, HostDesired, Untranslatable};
+use crate::reference::{self, HostObjects, Reference};
+use crate::translate::{self, Findings, HostDesired, Untranslatable};
+
+mod shared_names;
+
+pub use shared_names::{HeldPlans, SharedNames};
 
 /// A tenant, its compiled SyncPolicy and its isolation boundary: everything needed to plan its
 /// objects.
@@ -127,17 +131,44 @@ impl Planner {
     /// Plans one tenant object against a snapshot of host state (the host object at its target
     /// name, and those its references resolve to).
     pub fn plan(&self, object: &TenantObject, host: &HostState) -> Plan {
+        self.plan_and_references(object, host).0
+    }
+
+    /// [`Planner::plan`], and the references of the object's translation (none unless the plan
+    /// syncs it), which settling shared v1 host names over a stream of plans needs later
+    /// ([`SharedNames`]).
+    pub fn plan_and_references(
+        &self,
+        object: &TenantObject,
+        host: &HostState,
+    ) -> (Plan, Vec<Reference>) {
         let placement = mapping::place(&self.tenant, object);
         let existing = host.get(&placement);
         let mut plan = self.plan_placed(object, placement, existing);
+        let mut references = Vec::new();
         if plan.outcome == Outcome::Synced {
             let namespace = plan.placement.namespace.clone();
-            match self.translate(object, &plan, &host.in_namespace(&namespace)) {
-                Ok(desired) => plan.note(&desired.notes),
+            let host = host.in_namespace(&namespace);
+            // The isolation boundary judges the host object itself; without one, what the
+            // translation refuses, notes and names is enough.
+            let findings = match &self.boundary {
+                Some(_) => self.translate(object, &plan, &host).map(|d| Findings {
+                    notes: d.notes,
+                    references: d.references,
+                }),
+                None => translate::examine(&self.tenant, object, &plan.placement)
+                    .and_then(|f| reference::check(&self.tenant, &f.references, &host).map(|()| f))
+                    .map_err(Refusal::from),
+            };
+            match findings {
+                Ok(findings) => {
+                    plan.note(&findings.notes);
+                    references = findings.references;
+                }
                 Err(refusal) => plan.refuse(refusal),
             }
         }
-        plan
+        (plan, references)
     }
 
     /// Plans a batch of objects against a snapshot of host state, on every core, in input order;
@@ -298,34 +329,18 @@ pub fn settle_shared_names(
 /// The first half of [`settle_shared_names`]: the Conflicts of the objects that do not take a
 /// shared name.
 fn settle_claims(objects: &[&TenantObject], plans: &mut [Plan]) -> Vec<usize> {
-    let view: &[Plan] = plans;
     let mut by_target: HashMap<(&str, &str, &str), Vec<usize>> = HashMap::new();
-    for (i, plan) in view.iter().enumerate() {
-        if plan.verdict.action == SyncAction::Sync {
-            let p = &plan.placement;
-            by_target
-                .entry((group_of(&p.api_version), &p.kind, &p.name))
-                .or_default()
-                .push(i);
-        }
+    for (i, plan) in plans.iter().enumerate() {
+        let p = &plan.placement;
+        by_target
+            .entry((group_of(&p.api_version), &p.kind, &p.name))
+            .or_default()
+            .push(i);
     }
     let refused: Vec<(usize, SourceIdentity)> = by_target
         .values()
-        .filter(|shared| shared.len() > 1)
-        .flat_map(|shared| {
-            let first = shared
-                .iter()
-                .copied()
-                .min_by(|&a, &b| order(&objects[a].identity).cmp(&order(&objects[b].identity)))
-                .expect("a shared host name has objects");
-            shared
-                .iter()
-                .copied()
-                .filter(move |&i| {
-                    i != first && matches!(view[i].collision, Some(Collision::Create))
-                })
-                .map(move |i| (i, objects[first].identity.clone()))
-        })
+        .filter_map(|shared| claim(shared.iter().map(|&i| (i, &objects[i].identity, &plans[i]))))
+        .flat_map(|(taker, refused)| refused.into_iter().map(move |i| (i, taker.clone())))
         .collect();
     refused
         .into_iter()
@@ -334,6 +349,34 @@ fn settle_claims(objects: &[&TenantObject], plans: &mut [Plan]) -> Vec<usize> {
             i
         })
         .collect()
+}
+
+/// The rule of [`settle_shared_names`] for the objects of one kind that map to one host name
+/// (`(index, identity, plan)` each, in input order): among those the policy syncs, the first by
+/// namespace and name takes it, and every other plan that would create it is refused. Returns
+/// the taker and the indices to refuse, or `None` when fewer than two of them are synced.
+fn claim<'a, I: Copy>(
+    objects: impl IntoIterator<Item = (I, &'a SourceIdentity, &'a Plan)>,
+) -> Option<(&'a SourceIdentity, Vec<I>)> {
+    let synced: Vec<_> = objects
+        .into_iter()
+        .filter(|(_, _, plan)| plan.verdict.action == SyncAction::Sync)
+        .collect();
+    if synced.len() < 2 {
+        return None;
+    }
+    let first = (0..synced.len())
+        .min_by(|&a, &b| order(synced[a].1).cmp(&order(synced[b].1)))
+        .expect("two or more objects");
+    let refused = synced
+        .iter()
+        .enumerate()
+        .filter(|&(at, (_, _, plan))| {
+            at != first && matches!(plan.collision, Some(Collision::Create))
+        })
+        .map(|(_, &(i, _, _))| i)
+        .collect();
+    Some((synced[first].1, refused))
 }
 
 /// The second half of [`settle_shared_names`]: refuses the synced plans with a reference to a
@@ -346,11 +389,7 @@ fn settle_references(
     let created = Created(
         plans
             .iter()
-            .filter(|p| {
-                p.outcome == Outcome::Synced
-                    && matches!(p.collision, Some(Collision::Create))
-                    && mapping::may_be_shared_under_v1(&p.placement.name)
-            })
+            .filter(|p| p.creates_shared_name())
             .map(|p| p.placement.synced_meta())
             .collect(),
     );
@@ -362,10 +401,10 @@ fn settle_references(
         if plan.outcome != Outcome::Synced {
             continue;
         }
-        let Ok(desired) = translate::to_host(tenant, object, &plan.placement) else {
+        let Ok(findings) = translate::examine(tenant, object, &plan.placement) else {
             continue;
         };
-        if let Err(refusal) = reference::check(tenant, &desired.references, &created) {
+        if let Err(refusal) = reference::check(tenant, &findings.references, &created) {
             plan.refuse(refusal);
             refused.push(i);
         }
@@ -374,6 +413,7 @@ fn settle_references(
 }
 
 /// The host objects a batch's plans create at shared v1 host names.
+#[derive(Debug)]
 struct Created(Vec<HostObjectMeta>);
 
 impl HostObjects for Created {
@@ -396,6 +436,14 @@ fn precedes(a: &SourceIdentity, b: &SourceIdentity) -> bool {
 }
 
 impl Plan {
+    /// Whether it creates a host object at a name another object of the tenant may map to under
+    /// mapping v1, which a reference to that name then resolves to ([`settle_shared_names`]).
+    fn creates_shared_name(&self) -> bool {
+        self.outcome == Outcome::Synced
+            && matches!(self.collision, Some(Collision::Create))
+            && mapping::may_be_shared_under_v1(&self.placement.name)
+    }
+
     /// The message of its decision: the plan's, and the reserved keys the placement stripped.
     fn decision_message(&self) -> String {
         let mut message = self.message.clone();

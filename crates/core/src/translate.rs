@@ -162,36 +162,87 @@ pub fn names_other_objects(group: &str, kind: &str) -> bool {
     )
 }
 
+/// What translating a tenant object says besides the host object: what it changed on the way
+/// and the objects it names.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Findings {
+    /// As [`HostDesired::notes`].
+    pub notes: Vec<String>,
+    /// As [`HostDesired::references`].
+    pub references: Vec<Reference>,
+}
+
+/// What translating `object` at `placement` in `tenant` refuses, notes and names, without
+/// building the host object: the part of [`to_host`] a plan needs (the syncer, which writes the
+/// object, asks [`to_host`]).
+pub fn examine(
+    tenant: &TenantPlacement,
+    object: &TenantObject,
+    placement: &Placement,
+) -> Result<Findings, Untranslatable> {
+    let id = &object.identity;
+    let refuses_or_names = names_other_objects(id.group(), &id.kind)
+        || (id.group(), id.kind.as_str()) == ("", "Secret");
+    // The other kinds' translation changes nothing the plan shows: no body to rewrite.
+    let mut body = if refuses_or_names {
+        body_of(object)
+    } else {
+        Value::Null
+    };
+    rewrite(tenant, object, placement, &mut body)
+}
+
+/// The part of the tenant object the host object takes as it is: all but apiVersion, kind,
+/// metadata and status.
+fn body_of(object: &TenantObject) -> Value {
+    Value::Object(match &object.object {
+        Value::Object(map) => map
+            .iter()
+            .filter(|(k, _)| !matches!(k.as_str(), "apiVersion" | "kind" | "metadata" | "status"))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
+        _ => Map::new(),
+    })
+}
+
+/// Rewrites `body`, the body of `object`'s host object, for the host; returns what it noted and
+/// the objects it named, or the refusal.
+fn rewrite(
+    tenant: &TenantPlacement,
+    object: &TenantObject,
+    placement: &Placement,
+    body: &mut Value,
+) -> Result<Findings, Untranslatable> {
+    let mut refs = Refs {
+        tenant,
+        namespace: &object.identity.namespace,
+        found: Vec::new(),
+    };
+    let mut notes = Vec::new();
+    match (object.identity.group(), object.identity.kind.as_str()) {
+        ("", "Pod") => pod(&mut refs, object, body, &mut notes)?,
+        ("", "Service") => service(&refs, body),
+        ("", "Endpoints") => endpoints(&mut refs, object, placement, body)?,
+        ("", "Secret") => secret(body)?,
+        ("", "PersistentVolumeClaim") => pvc(&mut refs, body, &mut notes)?,
+        ("", "ServiceAccount") => service_account(&mut refs, body, &mut notes),
+        ("networking.k8s.io", "Ingress") => ingress(&mut refs, body)?,
+        _ => {}
+    }
+    Ok(Findings {
+        notes,
+        references: refs.found,
+    })
+}
+
 /// The desired host object for `object` placed at `placement` in `tenant`.
 pub fn to_host(
     tenant: &TenantPlacement,
     object: &TenantObject,
     placement: &Placement,
 ) -> Result<HostDesired, Untranslatable> {
-    let mut refs = Refs {
-        tenant,
-        namespace: &object.identity.namespace,
-        found: Vec::new(),
-    };
-    let mut body = match &object.object {
-        Value::Object(map) => map.clone(),
-        _ => Map::new(),
-    };
-    for field in ["apiVersion", "kind", "metadata", "status"] {
-        body.remove(field);
-    }
-    let mut body = Value::Object(body);
-    let mut notes = Vec::new();
-    match (object.identity.group(), object.identity.kind.as_str()) {
-        ("", "Pod") => pod(&mut refs, object, &mut body, &mut notes)?,
-        ("", "Service") => service(&refs, &mut body),
-        ("", "Endpoints") => endpoints(&mut refs, object, placement, &mut body)?,
-        ("", "Secret") => secret(&mut body)?,
-        ("", "PersistentVolumeClaim") => pvc(&mut refs, &mut body, &mut notes)?,
-        ("", "ServiceAccount") => service_account(&mut refs, &mut body, &mut notes),
-        ("networking.k8s.io", "Ingress") => ingress(&mut refs, &mut body)?,
-        _ => {}
-    }
+    let mut body = body_of(object);
+    let Findings { notes, references } = rewrite(tenant, object, placement, &mut body)?;
 
     let labels: Map<String, Value> = placement
         .labels
@@ -228,7 +279,7 @@ pub fn to_host(
         object: Value::Object(out),
         digest,
         notes,
-        references: refs.found,
+        references,
     })
 }
 

@@ -148,19 +148,7 @@ impl<'p> Watches<'p> {
         let id = &object.identity;
         let (group, kind) = (id.group(), id.kind.as_str());
         let scope = self.scopes.get(group, kind);
-        let fate = match scope {
-            Some(s) if s.scope == Scope::Cluster => Fate::ClusterScoped,
-            Some(s) if s.served == Served::CreateOnly => Fate::CreateOnly,
-            _ if !names_kind(&self.synced, group, kind) => {
-                if wildcard_names(&self.synced, group, kind) {
-                    Fate::ExcludedFromWildcards
-                } else {
-                    Fate::KindNotSynced
-                }
-            }
-            None => Fate::UnknownScope,
-            Some(_) => return None,
-        };
+        let fate = self.fate(group, kind, scope)?;
         let verdict = if fate == Fate::ClusterScoped {
             // Rules matching on namespaces do not match an object that has none.
             let mut unplaced = object.clone();
@@ -192,6 +180,29 @@ impl<'p> Watches<'p> {
 }
 
 impl Watches<'_> {
+    /// Whether the syncer watches `group`/`kind` (its objects are planned).
+    pub fn watches(&self, group: &str, kind: &str) -> bool {
+        self.fate(group, kind, self.scopes.get(group, kind))
+            .is_none()
+    }
+
+    /// Why the syncer does not watch `group`/`kind`, whose scope is `scope`; `None` when it does.
+    fn fate(&self, group: &str, kind: &str, scope: Option<KindScope>) -> Option<Fate> {
+        match scope {
+            Some(s) if s.scope == Scope::Cluster => Some(Fate::ClusterScoped),
+            Some(s) if s.served == Served::CreateOnly => Some(Fate::CreateOnly),
+            _ if !names_kind(&self.synced, group, kind) => {
+                if wildcard_names(&self.synced, group, kind) {
+                    Some(Fate::ExcludedFromWildcards)
+                } else {
+                    Some(Fate::KindNotSynced)
+                }
+            }
+            None => Some(Fate::UnknownScope),
+            Some(_) => None,
+        }
+    }
+
     /// What becomes of the object of `api_version` `kind` named `namespace`/`name` (namespace
     /// empty for a cluster-scoped one), known by its identity alone, as `tenantplane why
     /// --tenant` knows it: the policy's verdict is then that of the first rule matching its

@@ -14,7 +14,8 @@ use tenantplane_core::mapping::{
     HostNameForm, MappingVersion, NameSyntax, SEPARATOR, TenantPlacement, host_name, place,
     provenance,
 };
-use tenantplane_core::{CompiledPolicy, Planner, TenantObject, documents};
+use tenantplane_core::planner::SharedNames;
+use tenantplane_core::{CompiledPolicy, Plan, Planner, TenantObject, documents};
 
 static DEFAULT_POLICY: LazyLock<CompiledPolicy> = LazyLock::new(CompiledPolicy::builtin_default);
 
@@ -218,6 +219,62 @@ proptest! {
                 prop_assert_eq!(plans[read].outcome, Outcome::Synced, "{}", plans[read].message);
             }
         }
+    }
+
+    #[test]
+    fn shared_names_settled_one_plan_after_the_other_are_settled_as_in_one_batch(
+        objects in prop::collection::vec(
+            (any::<bool>(), 0usize..5, 0usize..5, 0usize..5, any::<bool>()), 1..9),
+        mapping in prop_oneof![Just("v1"), Just("v2")],
+    ) {
+        // ConfigMaps and Pods whose names and namespaces make v1 host names meet (`c/a-x-b` and
+        // `b-x-c/a`), Pods naming ConfigMaps by such names, some Pods refused by the policy.
+        const NAMES: [&str; 5] = ["a", "a-x-b", "b", "a-x-b-x-c", "x"];
+        const NAMESPACES: [&str; 5] = ["c", "b-x-c", "b", "x-c", "c-x-b"];
+        let objects: Vec<TenantObject> = objects
+            .iter()
+            .map(|&(pod, name, namespace, reference, refused)| {
+                let (name, namespace) = (NAMES[name], NAMESPACES[namespace]);
+                let value = if pod {
+                    json!({"apiVersion": "v1", "kind": "Pod",
+                        "metadata": {"name": name, "namespace": namespace},
+                        "spec": {"hostNetwork": refused, "containers": [{"name": "main", "image": "app"}],
+                                 "volumes": [{"name": "c", "configMap": {"name": NAMES[reference]}}]}})
+                } else {
+                    json!({"apiVersion": "v1", "kind": "ConfigMap",
+                        "metadata": {"name": name, "namespace": namespace}})
+                };
+                TenantObject::from_value(value).unwrap()
+            })
+            .collect();
+        let planner = Planner::new(&tenant_resource(mapping), CompiledPolicy::builtin_default());
+        let host = Default::default();
+        let batch: Vec<&TenantObject> = objects.iter().collect();
+        let in_one_batch = planner.plan_batch(&batch, &host);
+
+        let shared = SharedNames::new(
+            planner.placement(),
+            objects.iter().enumerate().map(|(i, o)| (i, &o.identity)),
+        );
+        let mut held = shared.holding();
+        let mut streamed: Vec<Option<Plan>> = vec![None; objects.len()];
+        for (i, object) in objects.iter().enumerate() {
+            let (plan, references) = planner.plan_and_references(object, &host);
+            if shared.holds(&plan, &references) {
+                held.hold(i, object.identity.clone(), plan, references);
+            } else {
+                streamed[i] = Some(plan);
+            }
+            for (at, plan) in held.passed(i) {
+                prop_assert!(streamed[at].is_none(), "{at} given back twice");
+                streamed[at] = Some(plan);
+            }
+        }
+        let streamed: Vec<Plan> = streamed
+            .into_iter()
+            .map(|p| p.expect("every plan given back by the end"))
+            .collect();
+        prop_assert_eq!(streamed, in_one_batch);
     }
 
     #[test]

@@ -7,8 +7,11 @@
 //! or named by no Sync rule) gets no plan: its row says `NotWatched` and why, as the syncer records
 //! nothing about it (`tenantplane_core::watch`). A bad document is reported with its file,
 //! document index and field; the rest of the input is still planned.
+//!
+//! A large input is planned in bounded memory: each document is parsed, planned and rendered on
+//! one of the cores, and of it only its output is kept (docs/architecture.md, "Large inputs").
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -20,13 +23,14 @@ use tenantplane_client::{ClientConfig, PlannerClient};
 use tenantplane_core::boundary::Boundary;
 use tenantplane_core::collision::HostObjectMeta;
 use tenantplane_core::decision::Stamp;
-use tenantplane_core::documents::Origin;
-use tenantplane_core::parallel;
-use tenantplane_core::planner::HostState;
-use tenantplane_core::reference::REFERENCEABLE_KINDS;
+use tenantplane_core::documents::{Document, DocumentError, Reader};
+use tenantplane_core::planner::{HeldPlans, HostState, SharedNames};
+use tenantplane_core::reference::{REFERENCEABLE_KINDS, Reference};
+use tenantplane_core::scope;
 use tenantplane_core::watch::{UnrecordedFate, Watches};
 use tenantplane_core::{
-    AtApply, CompiledPolicy, Decision, Outcome, Plan, Planner, TenantAdmission, TenantObject,
+    AtApply, CompiledPolicy, Decision, Outcome, Plan, Planner, SourceIdentity, TenantAdmission,
+    TenantObject,
 };
 
 use crate::input::{self, OutputFormat};
@@ -141,7 +145,22 @@ pub struct InputError {
     pub problem: String,
 }
 
+impl From<DocumentError> for InputError {
+    fn from(e: DocumentError) -> Self {
+        InputError {
+            field: e.field,
+            problem: e.problem,
+        }
+    }
+}
+
 /// Runs explain-sync.
+///
+/// The inputs are read twice, as texts held in memory: first their [outlines](Survey), on every
+/// core, for what must be known before the first object is planned (the kinds, the
+/// CustomResourceDefinitions, which objects share a v1 host name); then each document is parsed,
+/// planned and written, on every core and in input order, and only what the output still needs
+/// of it is kept ([`Rows`], [`Report`]).
 pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     let fail_on = FailOn::parse(&args.fail_on)?;
     let tenant = match &args.tenant {
@@ -156,7 +175,6 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     };
     let name = tenant.metadata.name.clone().unwrap_or_default();
     let mut admission = policy.tenant_admission(&name);
-    let mut documents = input::read_documents(&args.inputs)?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -171,10 +189,19 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     if let Some(boundary) = planner.boundary() {
         admission = admission.with_isolation(&name, boundary, planner.policy().synced_namespaces());
     }
-    let mut kinds = kind_scopes::kinds_of(&documents);
+    let profile_text = profile
+        .map(|(_, p)| serde_json::to_string(&p))
+        .transpose()?;
+    let inputs = input::read_inputs(&args.inputs)?;
+    let mut readers: Vec<Reader> = inputs
+        .iter()
+        .map(|input| Reader::new(&input.source, &input.text))
+        .collect();
+    let survey = Survey::of(&mut readers);
     // The reference check looks at what each reference resolves to on the host, whatever kinds
     // the inputs are (a Pod naming a ServiceAccount when no ServiceAccount is among them). They
     // are all served at v1, as the syncer watches them.
+    let mut kinds = survey.kinds.clone();
     kinds.extend(REFERENCEABLE_KINDS.iter().map(|(group, kind)| {
         let api_version = match *group {
             "" => "v1".to_string(),
@@ -187,7 +214,11 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         (None, Some(kubeconfig)) => Some((kubeconfig.as_path(), args.host_context.as_deref())),
         (None, None) => None,
     };
-    let scopes = runtime.block_on(kind_scopes::of_inputs(&mut documents, discovery))?;
+    let scopes = runtime.block_on(kind_scopes::of_inputs(
+        &survey.kinds,
+        &survey.crds,
+        discovery,
+    ))?;
     let watches = Watches::new(planner.policy(), scopes);
     let host = match &args.host_kubeconfig {
         Some(kubeconfig) => runtime.block_on(host_cluster::read(
@@ -198,163 +229,367 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         ))?,
         None => read_host_state(&args.host)?,
     };
-
-    let objects = tenant_objects(documents);
-    let results = match &args.planner {
-        None => explain(&planner, &admission, &watches, &host, objects),
-        Some(address) => runtime.block_on(explain_remote(
-            address,
-            (&tenant, &admission),
-            (
-                policy_text.as_deref(),
-                profile
-                    .map(|(_, p)| serde_json::to_string(&p))
-                    .transpose()?
-                    .as_deref(),
-            ),
-            &watches,
-            &host,
-            objects,
-        ))?,
+    let shared = SharedNames::new(
+        planner.placement(),
+        survey
+            .objects
+            .iter()
+            .filter(|(_, id)| watches.watches(id.group(), &id.kind))
+            .map(|(position, id)| (*position, id)),
+    );
+    drop(survey);
+    let explainer = Explainer {
+        planner: &planner,
+        watches: &watches,
+        host: &host,
+        admission: &admission,
+        shared: &shared,
+        output: args.output,
     };
-    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
-    match args.output {
-        OutputFormat::Table => write_table(&mut out, &results)?,
-        OutputFormat::Json => {
-            serde_json::to_writer_pretty(&mut out, &results)?;
-            writeln!(out)?;
-        }
-        OutputFormat::Yaml => write!(out, "{}", serde_norway::to_string(&results)?)?,
+    let mut report = Report::new(
+        std::io::BufWriter::new(std::io::stdout().lock()),
+        args.output,
+    );
+    match &args.planner {
+        None => explainer.explain(readers, &mut report)?,
+        Some(address) => runtime.block_on(explain_remote(
+            &explainer,
+            address,
+            &tenant,
+            (policy_text.as_deref(), profile_text.as_deref()),
+            readers,
+            &mut report,
+        ))?,
     }
-    out.flush()?;
+    let tally = report.finish()?;
     if args.output == OutputFormat::Table {
-        eprintln!("{}", summary(&results));
+        eprintln!("{tally}");
     }
-    Ok(if results.iter().any(|r| fail_on.matches(r)) {
+    Ok(if fail_on.matches(&tally) {
         ExitCode::FAILURE
     } else {
         ExitCode::SUCCESS
     })
 }
 
-/// A document read as a tenant object, or why it cannot be one; with its origin.
-pub type ObjectInput = (String, Result<TenantObject, InputError>);
-
-/// Reads each document's identity; unusable documents keep their error.
-pub fn tenant_objects(
-    documents: Vec<(Origin, Result<serde_json::Value, InputError>)>,
-) -> Vec<ObjectInput> {
-    documents
-        .into_iter()
-        .map(|(origin, value)| {
-            let object = value.and_then(|v| {
-                TenantObject::from_value(v).map_err(|e| InputError {
-                    field: e.field().to_string(),
-                    problem: e.to_string(),
-                })
-            });
-            (origin.to_string(), object)
-        })
-        .collect()
+/// What explain-sync must know of the whole input before it plans the first object, read from
+/// the documents' outlines: the kinds of the inputs (for discovery and the host cluster's
+/// state), the CustomResourceDefinitions among them (which say their kinds' scopes), and the
+/// identity of every object, by position (which objects share a v1 host name).
+struct Survey {
+    kinds: BTreeSet<(String, String)>,
+    crds: Vec<serde_json::Value>,
+    objects: Vec<(usize, SourceIdentity)>,
 }
 
-/// What becomes of one usable tenant object: planned, or never seen by the syncer.
+/// What the survey keeps of one document.
+struct Surveyed {
+    kind: Option<(String, String)>,
+    crd: Option<serde_json::Value>,
+    identity: Option<SourceIdentity>,
+}
+
+impl Surveyed {
+    fn of(outline: Option<serde_json::Value>) -> Self {
+        let Some(outline) = outline else {
+            return Surveyed {
+                kind: None,
+                crd: None,
+                identity: None,
+            };
+        };
+        let field = |name: &str| outline.get(name).and_then(|v| v.as_str()).map(String::from);
+        let kind = field("apiVersion").zip(field("kind"));
+        let crd = scope::is_crd(&outline).then(|| outline.clone());
+        let identity = TenantObject::from_value(outline).ok().map(|o| o.identity);
+        Surveyed {
+            kind,
+            crd,
+            identity,
+        }
+    }
+}
+
+impl Survey {
+    fn of(readers: &mut [Reader]) -> Self {
+        let mut survey = Survey {
+            kinds: BTreeSet::new(),
+            crds: Vec::new(),
+            objects: Vec::new(),
+        };
+        let documents = readers
+            .iter_mut()
+            .flat_map(|reader| reader.outlines(Surveyed::of));
+        for (position, surveyed) in documents.enumerate() {
+            survey.kinds.extend(surveyed.kind);
+            survey.crds.extend(surveyed.crd);
+            survey
+                .objects
+                .extend(surveyed.identity.map(|identity| (position, identity)));
+        }
+        survey
+    }
+}
+
+/// Explains documents: everything a document's row needs, computed where the document is read.
+struct Explainer<'a> {
+    planner: &'a Planner,
+    watches: &'a Watches<'a>,
+    host: &'a HostState,
+    admission: &'a TenantAdmission,
+    shared: &'a SharedNames,
+    output: OutputFormat,
+}
+
+/// One document explained: its row, or its plan held until the objects it shares a v1 host name
+/// with have been planned.
 #[expect(
     clippy::large_enum_variant,
-    reason = "each is moved at once into an Explained, which is as large; boxing would cost an \
-              allocation per object"
+    reason = "nearly every document is a row, moved once to the writer; boxing it would cost an \
+              allocation per document, and a held plan is rare"
 )]
-enum Fate {
-    /// Planned, with what the tenant control plane does at apply time when the host refuses it.
-    Planned(Planned, Option<AtApply>),
-    Unrecorded(UnrecordedFate),
+enum Explanation {
+    Row(Row),
+    Held(Box<Held>),
 }
 
-/// Plans every object the syncer watches in process, on every core, and returns the results in
-/// input order, each refused one with what the tenant control plane's `admission` does with it.
-pub fn explain(
-    planner: &Planner,
-    admission: &TenantAdmission,
-    watches: &Watches<'_>,
-    host: &HostState,
-    objects: Vec<ObjectInput>,
-) -> Vec<Explained> {
-    let valid: Vec<&TenantObject> = objects
-        .iter()
-        .filter_map(|(_, o)| o.as_ref().ok())
-        .collect();
-    // The objects the syncer never sees get their fate; the others are planned as one batch.
-    let fates: Vec<Option<UnrecordedFate>> =
-        parallel::map_in_order(&valid, |object| watches.unrecorded(object));
-    let watched: Vec<&TenantObject> = valid
-        .iter()
-        .zip(&fates)
-        .filter(|(_, fate)| fate.is_none())
-        .map(|(object, _)| *object)
-        .collect();
-    let plans = planner.plan_batch(&watched, host);
-    let each: Vec<usize> = (0..watched.len()).collect();
-    let decisions = parallel::map_in_order(&each, |&i| {
-        plans[i].to_decision(planner.tenant(), watched[i], Stamp::now(COMPONENT))
-    });
-    let mut planned =
-        plans
-            .into_iter()
-            .zip(decisions)
-            .zip(&watched)
-            .map(|((plan, decision), object)| {
-                let at_apply = admission.at_apply(object, &decision);
-                (Planned { decision, plan }, at_apply)
-            });
-    let fates: Vec<Fate> = fates
-        .into_iter()
-        .map(|fate| match fate {
-            Some(fate) => Fate::Unrecorded(fate),
-            None => {
-                let (planned, at_apply) = planned.next().expect("one plan per watched object");
-                Fate::Planned(planned, at_apply)
-            }
+/// A plan [`SharedNames`] holds, and the rest of its row.
+struct Held {
+    origin: String,
+    object: TenantObject,
+    /// Its decision record, unless the output is the table.
+    decision: Option<Decision>,
+    plan: Plan,
+    references: Vec<Reference>,
+}
+
+impl Explainer<'_> {
+    /// Plans every document of `readers` in process, on every core, and writes each row as soon
+    /// as it is final, in input order.
+    fn explain(&self, readers: Vec<Reader>, report: &mut Report<impl Write>) -> anyhow::Result<()> {
+        let mut rows = Rows::new(self.shared);
+        for reader in readers {
+            reader.read(
+                |document| self.explain_document(document),
+                |explanation| rows.take(explanation, self, report),
+            )?;
+        }
+        Ok(())
+    }
+
+    fn explain_document(&self, document: Result<Document, DocumentError>) -> Explanation {
+        let (origin, object) = tenant_object(document);
+        let object = match object {
+            Ok(object) => object,
+            Err(error) => return Explanation::Row(self.row(&Explained::error(origin, error))),
+        };
+        if let Some(fate) = self.watches.unrecorded(&object) {
+            return Explanation::Row(self.row(&Explained::unrecorded(origin, fate)));
+        }
+        let (plan, references) = self.planner.plan_and_references(&object, self.host);
+        // The table shows no decision record (id, time, input digest): only the other outputs
+        // make one.
+        let decision = (self.output != OutputFormat::Table)
+            .then(|| plan.to_decision(self.planner.tenant(), &object, Stamp::now(COMPONENT)));
+        if self.shared.holds(&plan, &references) {
+            return Explanation::Held(Box::new(Held {
+                origin,
+                object,
+                decision,
+                plan,
+                references,
+            }));
+        }
+        self.planned_row(origin, &object, plan, decision)
+    }
+
+    /// The row of a planned object: its decision record and plan, or the table's cells.
+    fn planned_row(
+        &self,
+        origin: String,
+        object: &TenantObject,
+        plan: Plan,
+        decision: Option<Decision>,
+    ) -> Explanation {
+        let at_apply = self.admission.at_apply(object, &plan);
+        Explanation::Row(match decision {
+            Some(decision) => self.row(&Explained::planned(
+                origin,
+                Planned { decision, plan },
+                at_apply,
+            )),
+            None => Row::planned_cells(&object.identity, &plan, at_apply),
         })
-        .collect();
-    assemble(
-        objects
-            .iter()
-            .map(|(origin, o)| (origin.clone(), o.as_ref().err())),
-        fates.into_iter(),
-    )
+    }
+
+    fn row(&self, explained: &Explained) -> Row {
+        Row::of(explained, self.output)
+    }
 }
 
-/// Plans every object the syncer watches on a planner service, in input order.
+/// A document read as a tenant object, or why it cannot be one; with its origin.
+fn tenant_object(
+    document: Result<Document, DocumentError>,
+) -> (String, Result<TenantObject, InputError>) {
+    match document {
+        Err(e) => (e.origin.to_string(), Err(InputError::from(e))),
+        Ok(Document { origin, value }) => {
+            let object = match kind_scopes::crd_error(&value) {
+                Some(error) => Err(error),
+                None => TenantObject::from_value(value).map_err(|e| InputError {
+                    field: e.field().to_string(),
+                    problem: e.to_string(),
+                }),
+            };
+            (origin.to_string(), object)
+        }
+    }
+}
+
+impl Explained {
+    fn error(origin: String, error: InputError) -> Self {
+        Explained {
+            origin,
+            planned: None,
+            unrecorded: None,
+            error: Some(error),
+            tenant_admission: None,
+        }
+    }
+
+    fn unrecorded(origin: String, fate: UnrecordedFate) -> Self {
+        Explained {
+            origin,
+            planned: None,
+            unrecorded: Some(fate),
+            error: None,
+            tenant_admission: None,
+        }
+    }
+
+    /// A planned object, with what the tenant control plane does with it when the host refuses
+    /// it.
+    fn planned(origin: String, planned: Planned, tenant_admission: Option<AtApply>) -> Self {
+        Explained {
+            origin,
+            planned: Some(planned),
+            unrecorded: None,
+            error: None,
+            tenant_admission,
+        }
+    }
+}
+
+/// The rows of the documents read so far that are not written yet: those from the first held
+/// plan on (none, unless objects share a v1 host name), which [`HeldPlans`] gives back settled.
+struct Rows<'n> {
+    held: HeldPlans<'n>,
+    /// The position of the next document.
+    next: usize,
+    /// The rows after the last one written, `None` for a held plan's.
+    waiting: VecDeque<Option<Row>>,
+    /// The rest of each held plan's row, by position.
+    held_rows: HashMap<usize, (String, TenantObject, Option<Decision>)>,
+}
+
+impl<'n> Rows<'n> {
+    fn new(shared: &'n SharedNames) -> Self {
+        Rows {
+            held: shared.holding(),
+            next: 0,
+            waiting: VecDeque::new(),
+            held_rows: HashMap::new(),
+        }
+    }
+
+    /// Takes the next document's explanation and writes the rows that are final.
+    fn take(
+        &mut self,
+        explanation: Explanation,
+        explainer: &Explainer<'_>,
+        report: &mut Report<impl Write>,
+    ) -> std::io::Result<()> {
+        let position = self.next;
+        self.next += 1;
+        self.waiting.push_back(match explanation {
+            Explanation::Row(row) => Some(row),
+            Explanation::Held(held) => {
+                let Held {
+                    origin,
+                    object,
+                    decision,
+                    plan,
+                    references,
+                } = *held;
+                let identity = object.identity.clone();
+                self.held_rows.insert(position, (origin, object, decision));
+                self.held.hold(position, identity, plan, references);
+                None
+            }
+        });
+        let first = self.next - self.waiting.len();
+        for (at, plan) in self.held.passed(position) {
+            let (origin, object, mut decision) = self.held_rows.remove(&at).expect("a held row");
+            if let Some(decision) = &mut decision {
+                plan.restate(decision);
+            }
+            let Explanation::Row(row) = explainer.planned_row(origin, &object, plan, decision)
+            else {
+                unreachable!("a settled plan's row is final");
+            };
+            self.waiting[at - first] = Some(row);
+        }
+        while let Some(Some(_)) = self.waiting.front() {
+            let row = self
+                .waiting
+                .pop_front()
+                .flatten()
+                .expect("the front is a row");
+            report.write(row)?;
+        }
+        Ok(())
+    }
+}
+
+/// Plans every object the syncer watches on a planner service, in input order. The service plans
+/// them as one batch, so they are all read first.
 async fn explain_remote(
+    explainer: &Explainer<'_>,
     address: &str,
-    (tenant, admission): (&Tenant, &TenantAdmission),
+    tenant: &Tenant,
     (policy, profile): (Option<&str>, Option<&str>),
-    watches: &Watches<'_>,
-    host: &HostState,
-    objects: Vec<ObjectInput>,
-) -> anyhow::Result<Vec<Explained>> {
+    readers: Vec<Reader<'_>>,
+    report: &mut Report<impl Write>,
+) -> anyhow::Result<()> {
     let mut client = PlannerClient::connect(&ClientConfig::new(address))
         .await
         .with_context(|| format!("connecting to the planner at {address}"))?;
-    let fates: Vec<Option<UnrecordedFate>> = objects
+    let mut documents = Vec::new();
+    for reader in readers {
+        reader.read(tenant_object, |document| {
+            documents.push(document);
+            Ok::<_, std::convert::Infallible>(())
+        })?;
+    }
+    let fates: Vec<Option<UnrecordedFate>> = documents
         .iter()
         .filter_map(|(_, o)| o.as_ref().ok())
-        .map(|o| watches.unrecorded(o))
+        .map(|o| explainer.watches.unrecorded(o))
         .collect();
-    let valid: Vec<TenantObject> = objects
+    let valid: Vec<TenantObject> = documents
         .iter()
         .filter_map(|(_, o)| o.as_ref().ok())
         .zip(&fates)
         .filter(|(_, fate)| fate.is_none())
         .map(|(o, _)| o.clone())
         .collect();
-    let host: Vec<HostObjectMeta> = host.iter().cloned().collect();
+    let host: Vec<HostObjectMeta> = explainer.host.iter().cloned().collect();
     let planned = client
         .plan(tenant, policy, profile, &valid, &host)
         .await
         .with_context(|| format!("planning on the planner at {address}"))?;
     let mut planned = planned.into_iter().zip(&valid).map(|(p, object)| {
-        let at_apply = admission.at_apply(object, &p.decision);
+        let at_apply = explainer.admission.at_apply(object, &p.plan);
         (
             Planned {
                 decision: p.decision,
@@ -363,56 +598,28 @@ async fn explain_remote(
             at_apply,
         )
     });
-    let fates: Vec<Fate> = fates
+    let mut fates = fates.into_iter();
+    let results = documents
         .into_iter()
-        .map(|fate| match fate {
-            Some(fate) => Some(Fate::Unrecorded(fate)),
-            None => planned
-                .next()
-                .map(|(planned, at_apply)| Fate::Planned(planned, at_apply)),
-        })
-        .collect::<Option<_>>()
-        .context("the planner answered fewer plans than it was asked for")?;
-    Ok(assemble(
-        objects
-            .iter()
-            .map(|(origin, o)| (origin.clone(), o.as_ref().err())),
-        fates.into_iter(),
-    ))
-}
-
-/// Puts the fates (one per usable document, in order) back beside the unusable documents.
-fn assemble<'a>(
-    documents: impl Iterator<Item = (String, Option<&'a InputError>)>,
-    mut fates: impl Iterator<Item = Fate>,
-) -> Vec<Explained> {
-    documents
-        .map(|(origin, error)| {
-            let mut explained = Explained {
-                origin,
-                planned: None,
-                unrecorded: None,
-                tenant_admission: None,
-                error: None,
-            };
-            match error {
-                Some(e) => {
-                    explained.error = Some(InputError {
-                        field: e.field.clone(),
-                        problem: e.problem.clone(),
-                    });
-                }
-                None => match fates.next().expect("one fate per usable document") {
-                    Fate::Planned(p, at_apply) => {
-                        explained.planned = Some(p);
-                        explained.tenant_admission = at_apply;
+        .map(|(origin, object)| {
+            Ok(match object {
+                Err(error) => Explained::error(origin, error),
+                Ok(_) => match fates.next().expect("one fate per usable document") {
+                    Some(fate) => Explained::unrecorded(origin, fate),
+                    None => {
+                        let (planned, at_apply) = planned
+                            .next()
+                            .context("the planner answered fewer plans than it was asked for")?;
+                        Explained::planned(origin, planned, at_apply)
                     }
-                    Fate::Unrecorded(u) => explained.unrecorded = Some(u),
                 },
-            }
-            explained
+            })
         })
-        .collect()
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    for explained in &results {
+        report.write(explainer.row(explained))?;
+    }
+    Ok(())
 }
 
 /// The IsolationProfile the objects are planned under, with where it was read: `--profile`, or
@@ -528,119 +735,273 @@ impl FailOn {
         Ok(fail_on)
     }
 
-    fn matches(&self, result: &Explained) -> bool {
-        match (&result.planned, &result.unrecorded) {
-            (Some(p), _) => self.outcomes.contains(&p.decision.outcome),
-            (None, Some(u)) => self.unrecorded.contains(u.fate.outcome()),
-            (None, None) => self.errors,
+    /// Whether any of the documents counted in `tally` fails the run.
+    fn matches(&self, tally: &Tally) -> bool {
+        tally.outcomes.keys().any(|o| self.outcomes.contains(o))
+            || tally.unrecorded.keys().any(|u| self.unrecorded.contains(u))
+            || (self.errors && tally.errors > 0)
+    }
+}
+
+/// How many documents got each outcome, each fate of the syncer's not watching them, and how
+/// many were unusable.
+#[derive(Debug, Default)]
+struct Tally {
+    documents: usize,
+    outcomes: BTreeMap<Outcome, usize>,
+    unrecorded: BTreeMap<&'static str, usize>,
+    errors: usize,
+}
+
+/// What one row counts for in a [`Tally`].
+#[derive(Clone, Copy, Debug)]
+enum Counted {
+    Outcome(Outcome),
+    Unrecorded(&'static str),
+    Error,
+}
+
+impl Tally {
+    fn count(&mut self, counted: Counted) {
+        self.documents += 1;
+        match counted {
+            Counted::Outcome(o) => *self.outcomes.entry(o).or_insert(0) += 1,
+            Counted::Unrecorded(u) => *self.unrecorded.entry(u).or_insert(0) += 1,
+            Counted::Error => self.errors += 1,
         }
     }
 }
 
 /// `15 documents: 6 Synced, 2 Skipped, 3 Rejected, 2 Conflict, 1 NotWatched, 1 error`.
-fn summary(results: &[Explained]) -> String {
-    let mut counts = std::collections::BTreeMap::new();
-    let mut unrecorded = std::collections::BTreeMap::new();
-    let mut errors = 0;
-    for r in results {
-        match (&r.planned, &r.unrecorded) {
-            (Some(p), _) => *counts.entry(p.decision.outcome).or_insert(0) += 1,
-            (None, Some(u)) => *unrecorded.entry(u.fate.outcome()).or_insert(0) += 1,
-            (None, None) => errors += 1,
+impl std::fmt::Display for Tally {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut parts: Vec<String> = self
+            .outcomes
+            .iter()
+            .map(|(o, n)| format!("{n} {o}"))
+            .collect();
+        parts.extend(self.unrecorded.iter().map(|(o, n)| format!("{n} {o}")));
+        if self.errors > 0 {
+            parts.push(format!(
+                "{} error{}",
+                self.errors,
+                if self.errors == 1 { "" } else { "s" }
+            ));
         }
+        write!(f, "{} documents: {}", self.documents, parts.join(", "))
     }
-    let mut parts: Vec<String> = counts.iter().map(|(o, n)| format!("{n} {o}")).collect();
-    parts.extend(unrecorded.iter().map(|(o, n)| format!("{n} {o}")));
-    if errors > 0 {
-        parts.push(format!(
-            "{errors} error{}",
-            if errors == 1 { "" } else { "s" }
-        ));
-    }
-    format!("{} documents: {}", results.len(), parts.join(", "))
 }
 
-/// The table explain-sync prints (and `--planner` mode prints identically).
-pub fn write_table(out: &mut impl Write, results: &[Explained]) -> std::io::Result<()> {
-    let mut table = Table::with_rows(results.len() + 1);
-    for header in ["SOURCE", "HOST", "ACTION", "OUTCOME", "RULE", "REASON"] {
-        table.cell(format_args!("{header}"));
-    }
-    for r in results {
-        match &r.planned {
-            Some(p) => {
-                let d = &p.decision;
-                let (kind, namespace, name) =
-                    (&d.subject.kind, &d.subject.namespace, &d.subject.name);
-                table.cell(format_args!("{kind}/{namespace}/{name}"));
-                match &d.target {
-                    Some(t) => table.cell(format_args!("{}/{}", t.namespace, t.name)),
-                    None => table.cell(format_args!("-")),
-                }
-                table.cell(format_args!("{}", d.action.as_str()));
-                table.cell(format_args!("{}", d.outcome));
-                match (&d.profile, &d.policy) {
-                    (Some(profile), _) if profile.rule.is_some() => table.cell(format_args!(
-                        "{}/{}",
-                        profile.name,
-                        profile.rule.as_deref().unwrap_or_default()
-                    )),
-                    (_, Some(policy)) => match &policy.rule {
-                        Some(rule) => table.cell(format_args!("{}/{rule}", policy.name)),
-                        None => table.cell(format_args!("{}/(default)", policy.name)),
-                    },
-                    (_, None) => table.cell(format_args!("-")),
-                }
-                match d.stripped_keys.len() {
-                    0 => table.cell(format_args!("{}", d.reason)),
-                    n => table.cell(format_args!(
-                        "{} ({n} reserved tenantplane.io/ keys stripped)",
-                        d.reason
-                    )),
-                }
-            }
-            None => match (&r.unrecorded, &r.error) {
-                (Some(u), _) => {
-                    let s = &u.subject;
-                    match s.namespace.as_str() {
-                        "" => table.cell(format_args!("{}/{}", s.kind, s.name)),
-                        ns => table.cell(format_args!("{}/{ns}/{}", s.kind, s.name)),
-                    }
-                    table.cell(format_args!("-"));
-                    table.cell(format_args!("none"));
-                    table.cell(format_args!("{}", u.fate.outcome()));
-                    match &u.verdict.rule {
-                        Some(rule) => table.cell(format_args!("{}/{rule}", u.verdict.policy)),
-                        None => table.cell(format_args!("{}/(default)", u.verdict.policy)),
-                    }
-                    table.cell(format_args!("{}", u.fate.reason()));
-                }
-                (None, Some(e)) => {
-                    for cell in [r.origin.as_str(), "-", "none", "Error", "-", &e.problem] {
-                        table.cell(format_args!("{cell}"));
-                    }
-                }
-                (None, None) => unreachable!("every result is planned, unrecorded or an error"),
-            },
+/// One document's part of the output, rendered where the document was explained; what the
+/// explanation was is dropped.
+struct Row {
+    text: RowText,
+    /// For the table: the subject of an object the host refuses, and what the tenant control
+    /// plane does with it at apply time.
+    refused: Option<(String, AtApply)>,
+    counted: Counted,
+}
+
+enum RowText {
+    /// The table's cells.
+    Cells([String; Table::COLUMNS]),
+    /// An element of the JSON or YAML list, as it stands in the list.
+    Element(String),
+}
+
+impl Row {
+    /// The table's row of a planned object, from its plan.
+    fn planned_cells(subject: &SourceIdentity, plan: &Plan, at_apply: Option<AtApply>) -> Row {
+        let source = format!("{}/{}/{}", subject.kind, subject.namespace, subject.name);
+        Row {
+            text: RowText::Cells(plan_cells(source.clone(), plan)),
+            refused: at_apply.map(|at_apply| (source, at_apply)),
+            counted: Counted::Outcome(plan.outcome),
         }
     }
-    table.write(out)?;
-    write_tenant_admission(out, results)
+
+    fn of(explained: &Explained, output: OutputFormat) -> Row {
+        let counted = match (&explained.planned, &explained.unrecorded) {
+            (Some(p), _) => Counted::Outcome(p.decision.outcome),
+            (None, Some(u)) => Counted::Unrecorded(u.fate.outcome()),
+            (None, None) => Counted::Error,
+        };
+        let (text, refused) = match output {
+            OutputFormat::Table => (RowText::Cells(cells(explained)), refused(explained)),
+            OutputFormat::Json => (RowText::Element(json_element(explained)), None),
+            OutputFormat::Yaml => (RowText::Element(yaml_element(explained)), None),
+        };
+        Row {
+            text,
+            refused,
+            counted,
+        }
+    }
+}
+
+/// The element of a pretty-printed JSON list: the result pretty-printed, each line indented by
+/// the list's two spaces (a JSON string holds no line break).
+fn json_element(explained: &Explained) -> String {
+    let text = serde_json::to_string_pretty(explained).expect("a result always serializes");
+    format!("  {}", text.replace('\n', "\n  "))
+}
+
+/// The entry of a YAML sequence: the result as a document, its first line after `- `, the others
+/// (but empty lines, which a block scalar writes bare) indented by two spaces.
+fn yaml_element(explained: &Explained) -> String {
+    let text = serde_norway::to_string(explained).expect("a result always serializes");
+    let mut element = String::with_capacity(text.len() + text.len() / 8);
+    for (i, line) in text.lines().enumerate() {
+        element.push_str(match (i, line.is_empty()) {
+            (0, _) => "- ",
+            (_, false) => "  ",
+            (_, true) => "",
+        });
+        element.push_str(line);
+        element.push('\n');
+    }
+    element
+}
+
+/// The table's cells of one result.
+fn cells(r: &Explained) -> [String; Table::COLUMNS] {
+    if let Some(p) = &r.planned {
+        let s = &p.decision.subject;
+        return plan_cells(format!("{}/{}/{}", s.kind, s.namespace, s.name), &p.plan);
+    }
+    match (&r.unrecorded, &r.error) {
+        (Some(u), _) => {
+            let s = &u.subject;
+            let rule = match &u.verdict.rule {
+                Some(rule) => format!("{}/{rule}", u.verdict.policy),
+                None => format!("{}/(default)", u.verdict.policy),
+            };
+            [
+                match s.namespace.as_str() {
+                    "" => format!("{}/{}", s.kind, s.name),
+                    ns => format!("{}/{ns}/{}", s.kind, s.name),
+                },
+                "-".to_string(),
+                "none".to_string(),
+                u.fate.outcome().to_string(),
+                rule,
+                u.fate.reason().to_string(),
+            ]
+        }
+        (None, Some(e)) => [
+            r.origin.clone(),
+            "-".to_string(),
+            "none".to_string(),
+            "Error".to_string(),
+            "-".to_string(),
+            e.problem.clone(),
+        ],
+        (None, None) => unreachable!("every result is planned, unrecorded or an error"),
+    }
+}
+
+/// The cells of a planned object's row (`source` the first), from its plan: what its decision
+/// says, which the plan makes.
+fn plan_cells(source: String, plan: &Plan) -> [String; Table::COLUMNS] {
+    let (p, v) = (&plan.placement, &plan.verdict);
+    let profile_rule = plan
+        .profile
+        .as_ref()
+        .and_then(|profile| Some((&profile.name, profile.rule.as_ref()?)));
+    let rule = match (profile_rule, &v.rule) {
+        (Some((profile, rule)), _) => format!("{profile}/{rule}"),
+        (None, Some(rule)) => format!("{}/{rule}", v.policy),
+        (None, None) => format!("{}/(default)", v.policy),
+    };
+    let reason = match p.stripped_keys.len() {
+        0 => plan.reason.clone(),
+        n => format!(
+            "{} ({n} reserved tenantplane.io/ keys stripped)",
+            plan.reason
+        ),
+    };
+    [
+        source,
+        format!("{}/{}", p.namespace, p.name),
+        plan.action.as_str().to_string(),
+        plan.outcome.to_string(),
+        rule,
+        reason,
+    ]
+}
+
+/// For the section after the table: a refused object's subject and what the tenant's control
+/// plane does when it is applied.
+fn refused(r: &Explained) -> Option<(String, AtApply)> {
+    let s = &r.planned.as_ref()?.decision.subject;
+    Some((
+        format!("{}/{}/{}", s.kind, s.namespace, s.name),
+        r.tenant_admission.clone()?,
+    ))
+}
+
+/// explain-sync's output, written as the rows come: the JSON and YAML lists element by element;
+/// the table at the end, since its columns are as wide as their widest cell, from the cells
+/// alone, then, for each refused object, what the tenant's control plane does when it is applied.
+struct Report<W: Write> {
+    out: W,
+    output: OutputFormat,
+    table: Table,
+    refused: Vec<(String, AtApply)>,
+    tally: Tally,
+}
+
+impl<W: Write> Report<W> {
+    fn new(out: W, output: OutputFormat) -> Self {
+        let mut table = Table::default();
+        table.push(["SOURCE", "HOST", "ACTION", "OUTCOME", "RULE", "REASON"].map(String::from));
+        Report {
+            out,
+            output,
+            table,
+            refused: Vec::new(),
+            tally: Tally::default(),
+        }
+    }
+
+    fn write(&mut self, row: Row) -> std::io::Result<()> {
+        let first = self.tally.documents == 0;
+        self.tally.count(row.counted);
+        self.refused.extend(row.refused);
+        match row.text {
+            RowText::Cells(cells) => self.table.push(cells),
+            RowText::Element(element) if self.output == OutputFormat::Json => {
+                self.out.write_all(if first { b"[\n" } else { b",\n" })?;
+                self.out.write_all(element.as_bytes())?;
+            }
+            RowText::Element(element) => self.out.write_all(element.as_bytes())?,
+        }
+        Ok(())
+    }
+
+    /// Ends the output; returns the tally of every document written.
+    fn finish(mut self) -> std::io::Result<Tally> {
+        let empty = self.tally.documents == 0;
+        match self.output {
+            OutputFormat::Table => {
+                self.table.write(&mut self.out)?;
+                write_tenant_admission(&mut self.out, &self.refused)?;
+            }
+            OutputFormat::Json => self.out.write_all(if empty { b"[]\n" } else { b"\n]\n" })?,
+            OutputFormat::Yaml if empty => self.out.write_all(b"[]\n")?,
+            OutputFormat::Yaml => {}
+        }
+        self.out.flush()?;
+        Ok(self.tally)
+    }
 }
 
 /// After the table, for each refused object: what the tenant's control plane does when the
 /// object is applied.
-fn write_tenant_admission(out: &mut impl Write, results: &[Explained]) -> std::io::Result<()> {
-    let refused: Vec<(String, &AtApply)> = results
-        .iter()
-        .filter_map(|r| {
-            let s = &r.planned.as_ref()?.decision.subject;
-            Some((
-                format!("{}/{}/{}", s.kind, s.namespace, s.name),
-                r.tenant_admission.as_ref()?,
-            ))
-        })
-        .collect();
+fn write_tenant_admission(
+    out: &mut impl Write,
+    refused: &[(String, AtApply)],
+) -> std::io::Result<()> {
     if refused.is_empty() {
         return Ok(());
     }
@@ -660,6 +1021,7 @@ fn write_tenant_admission(out: &mut impl Write, results: &[Explained]) -> std::i
 }
 
 /// Rows of [`Table::COLUMNS`] cells, all in one string, printed in aligned columns.
+#[derive(Default)]
 struct Table {
     /// Every cell's text, one after the other.
     text: String,
@@ -672,26 +1034,13 @@ struct Table {
 impl Table {
     const COLUMNS: usize = 6;
 
-    fn with_rows(rows: usize) -> Self {
-        Table {
-            text: String::new(),
-            ends: Vec::with_capacity(rows * Self::COLUMNS),
-            widths: [0; Self::COLUMNS],
+    /// Adds a row.
+    fn push(&mut self, cells: [String; Table::COLUMNS]) {
+        for (column, cell) in cells.iter().enumerate() {
+            self.text.push_str(cell);
+            self.widths[column] = self.widths[column].max(cell.chars().count());
+            self.ends.push(self.text.len());
         }
-    }
-
-    /// Adds the next cell, filling rows left to right.
-    fn cell(&mut self, content: std::fmt::Arguments<'_>) {
-        use std::fmt::Write as _;
-
-        let start = self.text.len();
-        self.text
-            .write_fmt(content)
-            .expect("writing to a String cannot fail");
-        let column = self.ends.len() % Self::COLUMNS;
-        let width = self.text[start..].chars().count();
-        self.widths[column] = self.widths[column].max(width);
-        self.ends.push(self.text.len());
     }
 
     /// Each row on a line, each cell but the last padded to its column's width plus three
@@ -713,5 +1062,102 @@ impl Table {
             writeln!(out, "{}", line.trim_end())?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+    use tenantplane_core::scope::KindScopes;
+
+    use super::*;
+
+    /// Results of every kind: synced, refused (with what admission does), not watched, and
+    /// unusable documents whose problems YAML writes in every style it has.
+    fn results() -> Vec<Explained> {
+        let planner = Planner::new(&default_tenant(), CompiledPolicy::builtin_default());
+        let watches = Watches::new(planner.policy(), KindScopes::new());
+        let admission = planner.policy().tenant_admission("demo");
+        let shared = SharedNames::new(planner.placement(), std::iter::empty());
+        let host = HostState::default();
+        let explainer = Explainer {
+            planner: &planner,
+            watches: &watches,
+            host: &host,
+            admission: &admission,
+            shared: &shared,
+            output: OutputFormat::Json,
+        };
+        let objects = [
+            json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web", "namespace": "shop",
+                "labels": {"tenantplane.io/tenant": "forged", "app": "web"}},
+                "spec": {"containers": [{"name": "web", "image": "nginx"}]}}),
+            json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "debug"},
+                "spec": {"hostNetwork": true, "containers": [{"name": "sh", "image": "busybox"}]}}),
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "shop"}}),
+        ];
+        let mut results: Vec<Explained> = objects
+            .into_iter()
+            .map(|value| {
+                let object = TenantObject::from_value(value).unwrap();
+                match watches.unrecorded(&object) {
+                    Some(fate) => Explained::unrecorded("f document 1".into(), fate),
+                    None => {
+                        let plan = planner.plan(&object, &host);
+                        let decision = plan.to_decision("demo", &object, Stamp::now(COMPONENT));
+                        let at_apply = explainer.admission.at_apply(&object, &plan);
+                        Explained::planned(
+                            "f document 2".into(),
+                            Planned { decision, plan },
+                            at_apply,
+                        )
+                    }
+                }
+            })
+            .collect();
+        for problem in [
+            "line one\n\nline three after a blank line\n",
+            "  leading spaces: and a colon",
+            "- looks like an entry",
+            "'quoted' \"twice\" # and a comment",
+            "",
+        ] {
+            results.push(Explained::error(
+                "f document 3".into(),
+                InputError {
+                    field: "spec".into(),
+                    problem: problem.into(),
+                },
+            ));
+        }
+        results
+    }
+
+    /// What the report writes of `results`, row by row.
+    fn reported(results: &[Explained], output: OutputFormat) -> String {
+        let mut out = Vec::new();
+        let mut report = Report::new(&mut out, output);
+        for result in results {
+            report.write(Row::of(result, output)).unwrap();
+        }
+        report.finish().unwrap();
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn lists_written_row_by_row_are_the_lists_written_whole() {
+        let results = results();
+        assert!(results[1].tenant_admission.is_some(), "a refused pod");
+        for n in [0, 1, results.len()] {
+            let results = &results[..n];
+            assert_eq!(
+                reported(results, OutputFormat::Json),
+                serde_json::to_string_pretty(results).unwrap() + "\n"
+            );
+            assert_eq!(
+                reported(results, OutputFormat::Yaml),
+                serde_norway::to_string(results).unwrap()
+            );
+        }
     }
 }

@@ -10,6 +10,10 @@
 //! that fit 64 bits, finite floats, and nesting well below `serde_norway`'s limit. For anything else,
 //! and for every syntax error, it answers "not mine" and the caller reads the document with
 //! `serde_norway`, whose error messages (with line and column) are the ones reported.
+//!
+//! [`outline`] reads even less: only the identity fields of a block-style object, from its lines.
+
+use std::iter::Peekable;
 
 use granit_parser::{Event, Parser, ScalarStyle, Span};
 use serde_json::{Map, Number, Value};
@@ -51,10 +55,201 @@ pub(super) fn read(text: &str) -> Option<Option<Value>> {
     Some(Some(value).filter(|v| !v.is_null()))
 }
 
+/// The identity fields of a block-style object (`apiVersion`, `kind`, and `metadata` with `name`
+/// and `namespace`, as an object of only those), read from its lines without parsing the rest;
+/// `None` when the document is not one this reader answers for, and for a
+/// CustomResourceDefinition or a List, which the caller reads whole.
+///
+/// It reads lines the way a valid document is laid out: top-level keys at column 0, `metadata`'s
+/// keys at one indentation below it, values written plainly on the key's line. It answers only
+/// when each field it gives is written as a plain scalar on a line of its own, with no other line
+/// for the same key, and no line opens a quoted scalar or a flow collection it does not close
+/// (whose next lines could look like keys they are not), so that when the document reads as a
+/// value at all (by [`read`] or `serde_norway`), the fields are the value's. (For a document that
+/// does not read, the caller reads it again anyway and reports the error.)
+pub(super) fn outline(text: &str) -> Option<Value> {
+    if outside_common_ground(text) || text.contains('\r') {
+        return None;
+    }
+    let mut lines = text.lines().filter(|l| !is_blank(l)).peekable();
+    let mut keys = Vec::new();
+    let mut fields = Map::new();
+    while let Some(line) = lines.next() {
+        if !closes_on_its_line(line) {
+            return None;
+        }
+        let indent = indentation(line);
+        if line[indent..].starts_with('#') {
+            continue;
+        }
+        if indent > 0 || is_entry(line) {
+            // The value of the key before: an object's first line must be a key of its own.
+            if keys.is_empty() {
+                return None;
+            }
+            continue;
+        }
+        let (key, value) = key_and_value(line)?;
+        if keys.contains(&key) {
+            return None;
+        }
+        keys.push(key);
+        let field = match key {
+            "apiVersion" | "kind" => {
+                let value = plain(value)?;
+                ends_on_its_line(&mut lines, 0)?;
+                value
+            }
+            "metadata" if value.is_empty() => metadata(&mut lines)?,
+            "metadata" => return None,
+            // Another key: its value is on this line or the indented lines skipped above.
+            _ => continue,
+        };
+        fields.insert(key.to_string(), field);
+    }
+    let kind = fields.get("kind").and_then(Value::as_str);
+    if kind.is_none_or(|k| k == "CustomResourceDefinition" || k.ends_with("List")) {
+        return None;
+    }
+    Some(Value::Object(fields))
+}
+
+/// The `name` and `namespace` of the block of `metadata`, whose first line comes next.
+fn metadata<'a>(lines: &mut Peekable<impl Iterator<Item = &'a str>>) -> Option<Value> {
+    let mut keys = Vec::new();
+    let mut fields = Map::new();
+    let mut block_indent = None;
+    while let Some(line) = lines.next_if(|l| indentation(l) > 0 || l.starts_with('#')) {
+        if !closes_on_its_line(line) {
+            return None;
+        }
+        let indent = indentation(line);
+        if line[indent..].starts_with('#') {
+            continue;
+        }
+        let block_indent = *block_indent.get_or_insert(indent);
+        if indent > block_indent || (indent == block_indent && is_entry(&line[indent..])) {
+            // A key's value on lines of its own, or the entries of a list.
+            continue;
+        }
+        if indent < block_indent {
+            return None;
+        }
+        let (key, value) = key_and_value(&line[indent..])?;
+        if keys.contains(&key) {
+            return None;
+        }
+        keys.push(key);
+        if matches!(key, "name" | "namespace") {
+            fields.insert(key.to_string(), plain(value)?);
+            ends_on_its_line(lines, block_indent)?;
+        }
+    }
+    block_indent?;
+    Some(Value::Object(fields))
+}
+
+/// A line `key:` or `key: value` whose key is a plain word.
+fn key_and_value(line: &str) -> Option<(&str, &str)> {
+    let end = line.find(|c: char| !c.is_ascii_alphanumeric())?;
+    let (key, rest) = line.split_at(end);
+    if !key.starts_with(|c: char| c.is_ascii_alphabetic()) {
+        return None;
+    }
+    match rest.strip_prefix(':')? {
+        "" => Some((key, "")),
+        value => Some((key, value.strip_prefix(' ')?.trim_start_matches(' '))),
+    }
+}
+
+/// The JSON of a value written as one plain word of the characters names and versions are made
+/// of, as `serde_norway` reads it (`v1`, `apps/v1`, `Pod`, `web-1`, but also `true` or `010`).
+fn plain(value: &str) -> Option<Value> {
+    let word = !value.is_empty()
+        && !value.starts_with('-')
+        && value
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'/' | b'-'));
+    if word {
+        scalar(value, ScalarStyle::Plain)
+    } else {
+        None
+    }
+}
+
+/// Makes sure the plain value on the line just read is not continued on the next lines (a plain
+/// scalar goes on over more indented lines).
+fn ends_on_its_line<'a>(
+    lines: &mut Peekable<impl Iterator<Item = &'a str>>,
+    indent: usize,
+) -> Option<()> {
+    match lines.peek() {
+        Some(next) if indentation(next) > indent => None,
+        _ => Some(()),
+    }
+}
+
+/// Whether what a line opens, as a value or an entry, closes on it: a quoted scalar its closing
+/// quote, a flow collection its brackets. Anchors, tags and complex keys, which this reader does
+/// not follow, count as open.
+fn closes_on_its_line(line: &str) -> bool {
+    // Nearly every line opens nothing: none of the characters that start what can go on.
+    if !line
+        .bytes()
+        .any(|b| matches!(b, b'"' | b'\'' | b'[' | b'{' | b'&' | b'!' | b'?'))
+    {
+        return true;
+    }
+    let mut rest = line.trim_start_matches(' ');
+    while let Some(entry) = rest.strip_prefix("- ") {
+        rest = entry.trim_start_matches(' ');
+    }
+    let value = match rest.find(": ") {
+        Some(at) if !rest.starts_with(['"', '\'', '[', '{']) => {
+            rest[at + 2..].trim_start_matches(' ')
+        }
+        _ => rest,
+    };
+    closes(rest) && closes(value)
+}
+
+fn closes(text: &str) -> bool {
+    let count = |c: u8| text.bytes().filter(|b| *b == c).count();
+    match text.as_bytes().first() {
+        Some(b'"') => {
+            let body = &text[1..];
+            body.strip_suffix('"').is_some_and(|inner| {
+                inner.bytes().rev().take_while(|b| *b == b'\\').count() % 2 == 0
+            })
+        }
+        Some(b'\'') => text.len() > 1 && text.ends_with('\'') && count(b'\'') % 2 == 0,
+        Some(b'[' | b'{') => {
+            text.ends_with([']', '}']) && count(b'[') == count(b']') && count(b'{') == count(b'}')
+        }
+        Some(b'&' | b'!' | b'?') => false,
+        _ => true,
+    }
+}
+
+fn indentation(line: &str) -> usize {
+    line.len() - line.trim_start_matches(' ').len()
+}
+
+fn is_blank(line: &str) -> bool {
+    line.trim_start_matches(' ').is_empty()
+}
+
+/// Whether a line (from its indentation on) is an entry of a block sequence.
+fn is_entry(line: &str) -> bool {
+    line == "-" || line.starts_with("- ")
+}
+
 /// Where YAML 1.2 and libyaml part ways (tabs as indentation, byte-order marks) or the text
 /// has directives (`%YAML`, `%TAG`), `serde_norway` reads the document.
 fn outside_common_ground(text: &str) -> bool {
-    text.contains(['\t', '\u{feff}'])
+    // One search per character: each is a memchr, where a search for either is not.
+    text.contains('\t')
+        || text.contains('\u{feff}')
         || (text.contains('%') && text.lines().any(|line| line.starts_with('%')))
 }
 
@@ -214,7 +409,7 @@ mod tests {
     use proptest::prelude::*;
     use serde_json::json;
 
-    use super::read;
+    use super::{outline, read};
     use serde_json::Value;
 
     /// What `serde_norway` makes of a document (`Err` for its errors).
@@ -400,5 +595,136 @@ mod tests {
             Some(Some(json!({"apiVersion": "v1", "kind": "ConfigMap",
                 "metadata": {"name": "cfg"}, "data": {"port": "8080", "debug": "false"}})))
         );
+    }
+
+    /// Whatever `outline` answers for a document that reads as an object, is that object's
+    /// identity fields.
+    #[track_caller]
+    fn assert_outline_agrees(text: &str) {
+        let Some(outline) = outline(text) else {
+            return;
+        };
+        let Ok(Some(Value::Object(full))) = norway(text) else {
+            return;
+        };
+        for field in ["apiVersion", "kind"] {
+            assert_eq!(outline.get(field), full.get(field), "{field} of {text:?}");
+        }
+        if let Some(Value::Object(metadata)) = full.get("metadata") {
+            for field in ["name", "namespace"] {
+                assert_eq!(
+                    outline["metadata"].get(field),
+                    metadata.get(field),
+                    "metadata.{field} of {text:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn outlines_are_read_from_plain_lines_or_not_at_all() {
+        let plain = "apiVersion: v1\nkind: Pod\n# a comment\nmetadata:\n  labels:\n    app: web\n  name: web-1\n  namespace: shop\nspec:\n  containers:\n  - name: web\n    args: ['--x', \"y\"]\n";
+        assert_eq!(
+            outline(plain),
+            Some(json!({"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": "web-1", "namespace": "shop"}}))
+        );
+        let declined = [
+            // Fields not written plainly, or continued on the next lines.
+            "apiVersion: v1\nkind: \"Pod\"\nmetadata:\n  name: a\n",
+            "apiVersion: v1\nkind: Pod\n  Extra\nmetadata:\n  name: a\n",
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: a # comment\n",
+            "apiVersion: v1\nkind: Pod\nmetadata: {name: a}\n",
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  <<: *base\n  name: a\n",
+            "apiVersion: v1\nkind: Pod\nmetadata: &m\n  name: a\n",
+            "kind: Pod\nkind: Secret\nmetadata:\n  name: a\n",
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: a\n  name: b\n",
+            // Lines a quoted scalar or a flow collection goes on over.
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: a\n  annotations:\n    note: \"first\n  namespace: evil\n  x: end\"\n",
+            "apiVersion: v1\nnote: [a,\nkind: Secret]\nkind: Pod\nmetadata:\n  name: a\n",
+            "apiVersion: v1\nkind: Pod\nnote: 'it''s\nmetadata:\n  name: a'\n",
+            // Not a block mapping, a CRD, a List.
+            "{apiVersion: v1, kind: Pod, metadata: {name: a}}\n",
+            "  apiVersion: v1\n  kind: Pod\n",
+            "- a\n- b\n",
+            "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata:\n  name: a\n",
+            "apiVersion: v1\nkind: List\nitems:\n- kind: Pod\n",
+        ];
+        for text in declined {
+            assert_eq!(outline(text), None, "{text:?}");
+        }
+        let tricky = [
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: '010'\ndata:\n  x: |\n    kind: Secret\n    metadata:\n      name: evil\n",
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: 010\n  namespace: null\n",
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: true\n  namespace: ~\n",
+            "kind: Pod\nspec:\n- a\n- b\nmetadata:\n  finalizers:\n  - x\n  name: a\n",
+            "kind: Pod\nmetadata:\n  annotations:\n    a: b\n   name: c\n",
+            "kind: Pod\nmetadata:\n    name: deep\n  namespace: shallow\n",
+        ];
+        for text in declined.iter().chain(&tricky) {
+            assert_outline_agrees(text);
+        }
+    }
+
+    fn identity_scalar() -> impl Strategy<Value = String> {
+        prop::sample::select(vec![
+            "v1", "apps/v1", "Pod", "web-1", "a.b", "010", "0x1F", "1e3", "true", "null", "~",
+            "-a", "a b", "a: b", "'q'", "\"dq\"", "x#y", "x #y", "[a]", "{a: b}", "&a x", "*a",
+            "|", ">", "", "List", "PodList",
+        ])
+        .prop_map(String::from)
+    }
+
+    fn tricky_line() -> impl Strategy<Value = String> {
+        prop::sample::select(vec![
+            "kind: Secret",
+            "  namespace: evil",
+            "  name: evil",
+            "metadata:",
+            "  x: \"open",
+            "  x: end\"",
+            "y: [open",
+            "z]",
+            "- item",
+            "  - item",
+            "# comment",
+            "  # comment",
+            "   name: odd",
+            "a: |",
+            "    kind: Folded",
+            "",
+        ])
+        .prop_map(String::from)
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(500))]
+
+        /// Objects written by serde_norway, then with lines inserted anywhere: the outline is the
+        /// object's identity fields, or none.
+        #[test]
+        fn outlines_agree_with_the_document(
+            kind in identity_scalar(),
+            name in identity_scalar(),
+            namespace in prop::option::of(identity_scalar()),
+            labels in prop::collection::btree_map(key(), scalar(), 0..3),
+            spec in value(),
+            inserted in prop::collection::vec((0usize..40, tricky_line()), 0..3),
+        ) {
+            let mut metadata = serde_json::Map::new();
+            metadata.insert("labels".into(), Value::Object(labels.into_iter().collect()));
+            metadata.insert("name".into(), Value::from(name));
+            if let Some(namespace) = namespace {
+                metadata.insert("namespace".into(), Value::from(namespace));
+            }
+            let object = json!({"apiVersion": "v1", "kind": kind, "metadata": metadata, "spec": spec});
+            let text = serde_norway::to_string(&object).unwrap();
+            assert_outline_agrees(&text);
+            let mut lines: Vec<String> = text.lines().map(String::from).collect();
+            for (at, line) in inserted {
+                lines.insert(at.min(lines.len()), line);
+            }
+            assert_outline_agrees(&(lines.join("\n") + "\n"));
+        }
     }
 }

@@ -34,8 +34,9 @@ use tenantplane_api::{SyncAction, admission, provenance};
 
 use super::{CompiledPolicy, CompiledRule};
 use crate::boundary::{Boundary, complete_pod};
-use crate::decision::{Decision, Outcome};
+use crate::decision::Outcome;
 use crate::object::TenantObject;
+use crate::planner::Plan;
 use crate::pod_security::LevelVersion;
 
 /// At most this many matchConditions per policy (the API server's limit).
@@ -187,12 +188,12 @@ impl std::fmt::Display for AtApply {
 }
 
 impl TenantAdmission {
-    /// What the tenant control plane does, at apply time, with `object`, which `decision` says
-    /// the host refuses (`None` when it does not): the Pod Security label of its namespace first,
+    /// What the tenant control plane does, at apply time, with `object`, which `plan` says the
+    /// host refuses (`None` when it does not): the Pod Security label of its namespace first,
     /// as kube-apiserver runs Pod Security before any ValidatingAdmissionPolicy, then the policy
     /// of the rule (or the profile's rule) that refuses it.
-    pub fn at_apply(&self, object: &TenantObject, decision: &Decision) -> Option<AtApply> {
-        if decision.outcome != Outcome::Rejected {
+    pub fn at_apply(&self, object: &TenantObject, plan: &Plan) -> Option<AtApply> {
+        if plan.outcome != Outcome::Rejected {
             return None;
         }
         let namespace = &object.identity.namespace;
@@ -211,14 +212,14 @@ impl TenantAdmission {
             return Some(AtApply::PodSecurity { enforced });
         }
         Some(
-            match decision.profile.as_ref().and_then(|p| p.rule.as_deref()) {
+            match plan.profile.as_ref().and_then(|p| p.rule.as_deref()) {
                 Some(rule) if rule.starts_with("PodSecurity/") => AtApply::Admitted {
                     why: "the pod meets Pod Security as the tenant control plane has it; its host \
                       copy does not"
                         .into(),
                 },
                 Some(rule) => self.refused_by_profile(namespace, rule),
-                None => self.refused_by(decision.policy.as_ref().and_then(|p| p.rule.as_deref())),
+                None => self.refused_by(plan.verdict.rule.as_deref()),
             },
         )
     }
@@ -1036,13 +1037,9 @@ mod tests {
             "spec": {"hostNetwork": true, "containers": [{"name": "c", "image": "busybox"}]}}))
         .unwrap();
         let planner = crate::Planner::new(&tenant, CompiledPolicy::builtin_default());
-        let decision = planner.plan(&debugger, &Default::default()).to_decision(
-            "acme",
-            &debugger,
-            crate::decision::Stamp::now("test"),
-        );
+        let plan = planner.plan(&debugger, &Default::default());
         assert_eq!(
-            a.at_apply(&debugger, &decision),
+            a.at_apply(&debugger, &plan),
             Some(AtApply::PodSecurity {
                 enforced: "restricted:v1.34".into()
             })
