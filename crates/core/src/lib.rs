@@ -19,6 +19,7 @@ pub mod mapping;
 pub mod object;
 pub mod parallel;
 pub mod planner;
+pub mod pod_world;
 pub mod policy;
 pub mod reference;
 pub mod scope;

@@ -505,12 +505,14 @@ async fn apply(tenant: &Tenant, ctx: &Context) -> Result<Action, Error> {
     }
     if running.get(&name).map(|r| r.fingerprint.as_str()) != Some(fingerprint.as_str()) {
         running.remove(&name);
+        let pods = crate::pod_api::pod_context(tenant, &yaml)
+            .context("reading what the tenant's pods get of its control plane")?;
         let runtime = tenant::start(
             ctx.shared.clone(),
             tenant.clone(),
             (policy_text, compiled),
             kinds,
-            client,
+            (client, pods),
             ledger,
         )
         .await?;
