@@ -14,6 +14,14 @@ pub const SYNCED: &str = "Synced";
 /// ValidatingAdmissionPolicy and binding per rule); False when the tenant control plane serves
 /// no ValidatingAdmissionPolicy, and sync goes on with the host-side refusal only.
 pub const TENANT_ADMISSION: &str = "TenantAdmission";
+/// Synced pods reach the tenant API server: an endpoint they can use
+/// (`spec.controlPlane.podEndpoint`, or the kubeconfig's server) and the CA that verifies it.
+/// False with the reason when pods get no API access, or when the endpoint is used but pods on a
+/// real host cannot reach it (a loopback address) or cannot verify it. Not part of Ready.
+pub const POD_API_ACCESS: &str = "PodAPIAccess";
+/// Synced pods resolve names with the tenant's DNS Service (`spec.dns`); False with the reason
+/// when they keep the host's resolver. Not part of Ready.
+pub const TENANT_DNS: &str = "TenantDNS";
 /// A SyncPolicy or IsolationProfile was parsed, validated and compiled without error.
 pub const ACCEPTED: &str = "Accepted";
 

@@ -51,6 +51,13 @@ pub const ADMISSION_ACTIONS: &str = "tenantplane.io/admission-actions";
 /// (`rule: why`, one per line).
 pub const HOST_SIDE_ONLY: &str = "tenantplane.io/host-side-only";
 
+/// Annotation on the host Secret holding a synced pod's service account tokens: what each of its
+/// keys holds, as JSON (`[{"key", "serviceAccount", "audiences", "expirationSeconds", "expires",
+/// "refreshAt"}]`); never a token.
+pub const SERVICE_ACCOUNT_TOKENS: &str = "tenantplane.io/service-account-tokens";
+/// Annotation on that Secret: when its first token is due for refresh (RFC 3339).
+pub const REFRESH_AT: &str = "tenantplane.io/refresh-at";
+
 /// True for a key tenantplane reserves for itself.
 pub fn is_reserved(key: &str) -> bool {
     key.starts_with(PREFIX)

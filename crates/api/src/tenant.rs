@@ -57,6 +57,57 @@ pub struct TenantSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new("self == oldSelf").message("spec.mappingVersion is immutable: changing it would rename every host object of the tenant"))]
     pub mapping_version: Option<MappingVersion>,
+
+    /// What the tenant's pods on the host resolve names with. When absent: the tenant's
+    /// `kube-system/kube-dns` Service, in the cluster domain `cluster.local`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dns: Option<TenantDns>,
+}
+
+/// What the tenant's pods on the host resolve names with.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct TenantDns {
+    /// `Tenant` (the default): the tenant's DNS Service, synced like any Service, is the
+    /// nameserver of every synced pod whose `dnsPolicy` is `ClusterFirst`, with the tenant's
+    /// search domains, so `backend` resolves to the tenant's `backend` Service. `Host`: pods keep
+    /// the host cluster's resolver (and resolve host names).
+    #[serde(default)]
+    pub policy: DnsPolicy,
+    /// The tenant's DNS Service. Default: `kube-system/kube-dns` (CoreDNS in kubeadm, k3s, kind).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service: Option<ServiceRef>,
+    /// The tenant cluster's DNS domain. Default: `cluster.local`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(
+        length(min = 1, max = 253),
+        regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+    )]
+    pub cluster_domain: Option<String>,
+}
+
+/// Whose resolver the tenant's pods on the host use.
+#[derive(
+    schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default,
+)]
+pub enum DnsPolicy {
+    /// The tenant's DNS Service.
+    #[default]
+    Tenant,
+    /// The host cluster's resolver.
+    Host,
+}
+
+/// A Service in the tenant control plane.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct ServiceRef {
+    /// Namespace of the Service.
+    #[schemars(length(min = 1, max = 63))]
+    pub namespace: String,
+    /// Name of the Service.
+    #[schemars(length(min = 1, max = 63))]
+    pub name: String,
 }
 
 /// A version of the mapping scheme from tenant objects to host names, recorded on every host
@@ -114,6 +165,21 @@ pub struct ControlPlane {
     /// Context of that kubeconfig to use; its current context when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub context: Option<String>,
+    /// `host:port` at which pods on the host reach the tenant API server: an address of the
+    /// host's pod network, such as the tenant API server's Service in the host
+    /// (`10.96.12.7:443`, `acme-api.tenant-acme.svc:443`; an IPv6 address in brackets). Synced
+    /// pods get it as `KUBERNETES_SERVICE_HOST` and `KUBERNETES_SERVICE_PORT` and, when it is an
+    /// IP address, as the address of `kubernetes.default.svc` in their hosts file. Default: the
+    /// host and port of the kubeconfig's server; a loopback address there is used as it is, and
+    /// the `PodAPIAccess` condition says that pods on a real host cannot reach it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(
+        length(min = 3, max = 261),
+        regex(
+            pattern = r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9]([-A-Za-z0-9.]*[A-Za-z0-9])?):[0-9]{1,5}$"
+        )
+    )]
+    pub pod_endpoint: Option<String>,
 }
 
 /// A key of a Secret in the host cluster.

@@ -45,6 +45,7 @@ fn decision(i: usize) -> Decision {
         trace_id: None,
         span_id: None,
         closes: None,
+        tokens: Vec::new(),
     }
 }
 

@@ -181,6 +181,24 @@ pub struct ProfileRef {
     pub rule: Option<String>,
 }
 
+/// A service account token a decision issued to a synced pod, as an auditor needs it: which
+/// identity, for whom, until when, and where it is kept; never the token itself.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct IssuedToken {
+    // Fields in the order of their JSON keys: the decision log's canonical record writes them
+    // as declared.
+    /// Its audiences; empty: the tenant API server's own.
+    #[serde(default)]
+    pub audiences: Vec<String>,
+    /// When it expires, as the tenant API server said.
+    pub expires: Timestamp,
+    /// The key of the host Secret (the decision's target) that holds it.
+    pub key: String,
+    /// `namespace/name` of the tenant ServiceAccount it authenticates as.
+    pub service_account: String,
+}
+
 /// One sync decision.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -235,6 +253,9 @@ pub struct Decision {
     /// it). The closing decision says why in its reason ([`NOT_CARRIED_OUT_REASONS`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub closes: Option<String>,
+    /// The service account tokens the decision issued (a synced pod's token Secret).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tokens: Vec<IssuedToken>,
 }
 
 /// The reasons of decisions that close a recorded host action that was not carried out: the

@@ -24,6 +24,7 @@ pub mod object;
 pub mod parallel;
 pub mod planner;
 pub mod pod_security;
+pub mod pod_world;
 pub mod policy;
 pub mod reference;
 pub mod scope;

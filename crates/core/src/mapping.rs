@@ -240,6 +240,27 @@ pub fn host_name(
     (name, HostNameForm::Hashed)
 }
 
+/// Suffix of the host Secret that holds a synced pod's service account tokens.
+pub const TOKEN_SECRET_SUFFIX: &str = ".sa-token";
+
+/// The host Secret holding the service account tokens of the host pod `host_pod`:
+/// `<host pod name>.sa-token`, its prefix cut and followed by a hash of the whole pod name when
+/// that would exceed 253 characters. No tenant object's host name ends in `.sa-token` (a readable
+/// name ends in `-x-<namespace>`, whose namespace has no dot; a hashed one in `-<hash>`, ten
+/// characters after its last dash), so a tenant Secret can never map to it, under either scheme.
+pub fn token_secret_name(host_pod: &str) -> String {
+    let max = NameSyntax::Dns1123Subdomain.max_len();
+    if host_pod.len() + TOKEN_SECRET_SUFFIX.len() <= max {
+        return format!("{host_pod}{TOKEN_SECRET_SUFFIX}");
+    }
+    let hash = identity_hash("", "", "Secret", "", host_pod);
+    let mut prefix = host_pod[..max - TOKEN_SECRET_SUFFIX.len() - HASH_LEN - 1].to_string();
+    while prefix.ends_with(['-', '.']) {
+        prefix.pop();
+    }
+    format!("{prefix}-{hash}{TOKEN_SECRET_SUFFIX}")
+}
+
 /// Lowercase, `[a-z0-9-]` only, no leading, trailing or doubled dashes, at most `max` characters.
 fn sanitize(readable: &str, max: usize) -> String {
     let mut out = String::with_capacity(max);

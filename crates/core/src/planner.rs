@@ -587,6 +587,7 @@ impl Plan {
             trace_id: stamp.trace_id,
             span_id: stamp.span_id,
             closes: None,
+            tokens: Vec::new(),
         }
     }
 }

@@ -283,6 +283,33 @@ pub fn to_host(
     })
 }
 
+/// What an update of a host pod carries: its metadata and the fields of its spec that
+/// Kubernetes lets a pod change (container and init container images, `activeDeadlineSeconds`).
+/// The rest of a pod's spec is fixed when it is created, on the host as in the tenant, and so is
+/// what its world added to it ([`crate::pod_world::PodWorld::furnish`]), which a full apply of
+/// the desired pod would try to take away.
+pub fn pod_update(desired: &Value) -> Value {
+    let mut spec = Map::new();
+    for list in ["containers", "initContainers"] {
+        if let Some(Value::Array(containers)) = desired.pointer(&format!("/spec/{list}")) {
+            let images: Vec<Value> = containers
+                .iter()
+                .map(|c| json!({"name": c.get("name"), "image": c.get("image")}))
+                .collect();
+            spec.insert(list.into(), Value::Array(images));
+        }
+    }
+    if let Some(deadline) = desired.pointer("/spec/activeDeadlineSeconds") {
+        spec.insert("activeDeadlineSeconds".into(), deadline.clone());
+    }
+    json!({
+        "apiVersion": desired.get("apiVersion"),
+        "kind": desired.get("kind"),
+        "metadata": desired.get("metadata"),
+        "spec": spec,
+    })
+}
+
 /// `sha256:` of a JSON value (serde_json keeps object keys sorted, so the encoding is canonical).
 pub fn digest(value: &Value) -> String {
     let json = serde_json::to_vec(value).expect("a JSON value always serializes");
@@ -537,10 +564,11 @@ fn volume(
     for (j, mut s) in std::mem::take(sources).into_iter().enumerate() {
         if s.get("serviceAccountToken").is_some() {
             // A projected token would be minted by the host for the host service account: it
-            // must never reach a tenant pod.
+            // must never reach a tenant pod. The pod's world serves it from the tenant's
+            // TokenRequest instead when the host pod is created (`PodWorld::furnish`).
             notes.push(format!(
-                "{at}.projected.sources[{j}].serviceAccountToken dropped: a tenant pod never \
-                 receives a host service account token"
+                "{at}.projected.sources[{j}].serviceAccountToken: never a host token; served \
+                 from the tenant's TokenRequest when the pod has API access"
             ));
             continue;
         }

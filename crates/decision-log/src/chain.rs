@@ -328,6 +328,9 @@ fn canonical_record_into(decision: &Decision, out: &mut Vec<u8>) -> Result<(), E
     }
     o.field("tenant", &d.tenant)?;
     o.field("time", &d.time)?;
+    if !d.tokens.is_empty() {
+        o.field("tokens", &d.tokens)?;
+    }
     o.optional("traceId", &d.trace_id)?;
     o.close();
     Ok(())
@@ -932,6 +935,7 @@ mod tests {
             trace_id: Some("4bf92f3577b34da6a3ce929d0e0e4736".into()),
             span_id: Some("00f067aa0ba902b7".into()),
             closes: Some("0193a4e2-7c1d-7000-8000-000000000000".into()),
+            tokens: Vec::new(),
         }
     }
 
@@ -946,6 +950,7 @@ mod tests {
             trace_id: None,
             span_id: None,
             closes: None,
+            tokens: Vec::new(),
             ..full()
         };
         let no_rule = Decision {

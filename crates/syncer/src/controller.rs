@@ -541,13 +541,15 @@ async fn apply(tenant: &Tenant, ctx: &Context) -> Result<Action, Error> {
             admission_source,
             admission.isolation,
         );
+        let pods = crate::pod_api::pod_context(tenant, &yaml)
+            .context("reading what the tenant's pods get of its control plane")?;
         let mut runtime = tenant::start(
             ctx.shared.clone(),
             tenant.clone(),
             (policy_text, compiled),
             profile,
             kinds,
-            client,
+            (client, pods),
             ledger,
         )
         .await?;

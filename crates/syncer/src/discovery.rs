@@ -113,6 +113,7 @@ impl UnavailableGroup {
             trace_id: stamp.trace_id,
             span_id: stamp.span_id,
             closes: None,
+            tokens: Vec::new(),
         }
     }
 

@@ -286,6 +286,7 @@ impl Source {
             trace_id: stamp.trace_id,
             span_id: stamp.span_id,
             closes: None,
+            tokens: Vec::new(),
         }
     }
 }

@@ -37,6 +37,7 @@ pub mod discovery;
 pub mod isolation;
 pub mod metrics;
 pub mod planner;
+pub mod pod_api;
 pub mod queue;
 pub mod ratelimit;
 pub mod reconcile;

@@ -18,8 +18,11 @@
 use serde_json::{Value, json};
 use tenantplane_api::{SyncAction, provenance};
 use tenantplane_core::collision::{self, Collision, ConflictCause, HostObjectMeta};
-use tenantplane_core::decision::{Decision, HostAction, HostTarget, Outcome, Stamp, Subject};
+use tenantplane_core::decision::{
+    Decision, HostAction, HostTarget, IssuedToken, Outcome, Stamp, Subject,
+};
 use tenantplane_core::mapping::{self, TenantPlacement};
+use tenantplane_core::pod_world::{self, MintedToken, PodWorld, TokenUpkeep};
 use tenantplane_core::reference::HostObjects;
 use tenantplane_core::translate::{self, HostDesired};
 use tenantplane_core::{Plan, Planner, SourceIdentity, TenantObject};
@@ -69,6 +72,8 @@ pub struct Live<'a> {
     /// Under mapping v1, the other tenant objects of the object's kind whose host name is its
     /// own.
     pub sharing: Vec<&'a TenantObject>,
+    /// For a Pod: its world, added to its host pod when it is created.
+    pub world: Option<&'a PodWorld>,
 }
 
 impl std::fmt::Debug for Live<'_> {
@@ -76,6 +81,7 @@ impl std::fmt::Debug for Live<'_> {
         f.debug_struct("Live")
             .field("host", &self.host)
             .field("sharing", &self.sharing)
+            .field("world", &self.world)
             .finish_non_exhaustive()
     }
 }
@@ -186,6 +192,7 @@ pub fn reconcile_present(
             let unchanged = host
                 .and_then(translate::recorded_digest)
                 .is_some_and(|recorded| recorded == d.digest);
+            let world = live.world.filter(|_| plan.action == HostAction::Create);
             if unchanged {
                 plan.outcome = Outcome::Unchanged;
                 plan.action = HostAction::None;
@@ -193,8 +200,15 @@ pub fn reconcile_present(
                 plan.message = "the host object already carries what tenantplane sets; nothing \
                                 written"
                     .into();
+            } else if let Some(waits) = world.and_then(PodWorld::awaits) {
+                plan.outcome = Outcome::Deferred;
+                plan.action = HostAction::None;
+                plan.reason = "TenantDnsAwaited".into();
+                plan.message = waits;
             } else {
-                plan.note(&d.notes);
+                let mut notes = d.notes.clone();
+                notes.extend(world.map(PodWorld::describe));
+                plan.note(&notes);
             }
         }
         (None, Outcome::Rejected | Outcome::Skipped) if ours && plan.profile.is_none() => {
@@ -210,12 +224,21 @@ pub fn reconcile_present(
     }
 
     let decision = plan.to_decision(&tenant.tenant, object, stamp);
+    let pod = object.identity.group().is_empty() && object.identity.kind == "Pod";
     match (plan.action, desired) {
-        (HostAction::Create, Some(d)) => {
+        (HostAction::Create, Some(mut d)) => {
+            if let Some(world) = live.world {
+                world.furnish(&object.object, &mut d.object);
+            }
             write = Some(HostWrite::Create(with_decision_id(d.object, &decision.id)));
         }
         (HostAction::Update, Some(d)) => {
-            let mut object = with_decision_id(d.object, &decision.id);
+            let body = if pod {
+                translate::pod_update(&d.object)
+            } else {
+                d.object
+            };
+            let mut object = with_decision_id(body, &decision.id);
             if let Some(rv) = host.and_then(resource_version_of) {
                 object["metadata"]["resourceVersion"] = json!(rv);
             }
@@ -337,6 +360,7 @@ pub fn reconcile_absent(
         trace_id: stamp.trace_id,
         span_id: stamp.span_id,
         closes: None,
+        tokens: Vec::new(),
     };
     Some(Step {
         decision,
@@ -386,6 +410,136 @@ pub fn deferred(
         trace_id: stamp.trace_id,
         span_id: stamp.span_id,
         closes: None,
+        tokens: Vec::new(),
+    }
+}
+
+/// The decision to put tokens of a tenant pod's own ServiceAccount (`service_account`) into its
+/// token Secret `secret` (what `upkeep` found of it): issued when there is none (Create), else
+/// refreshed or replaced (Update). It names each token's ServiceAccount, audiences, expiry and
+/// key; never a token.
+pub fn tokens_issued(
+    tenant: &TenantPlacement,
+    pod: &TenantObject,
+    secret: &str,
+    upkeep: &TokenUpkeep,
+    minted: &[MintedToken],
+    service_account: &str,
+    stamp: Stamp,
+) -> Decision {
+    let (action, reason, why) = match upkeep {
+        TokenUpkeep::Issue => (
+            HostAction::Create,
+            "ServiceAccountTokenIssued",
+            String::new(),
+        ),
+        TokenUpkeep::Replace(why) => (
+            HostAction::Update,
+            "ServiceAccountTokenIssued",
+            format!(" (the Secret was replaced: {why})"),
+        ),
+        _ => (
+            HostAction::Update,
+            "ServiceAccountTokenRefreshed",
+            String::new(),
+        ),
+    };
+    let tokens: Vec<IssuedToken> = minted
+        .iter()
+        .map(|t| IssuedToken {
+            audiences: t.request.audience.iter().cloned().collect(),
+            expires: t.expires,
+            key: t.request.key.clone(),
+            service_account: service_account.to_string(),
+        })
+        .collect();
+    let each: Vec<String> = minted
+        .iter()
+        .map(|t| {
+            format!(
+                "{} (audience {}, expires {}, refreshed at {})",
+                t.request.key,
+                t.request
+                    .audience
+                    .as_deref()
+                    .unwrap_or("of the tenant API server"),
+                t.expires,
+                pod_world::refresh_at(t.issued, t.expires)
+            )
+        })
+        .collect();
+    let message = format!(
+        "tokens of ServiceAccount {service_account} from the tenant API server's TokenRequest, \
+         bound to pod {} (uid {}), in host Secret {}/{secret}{why}: {}",
+        pod.identity,
+        pod.identity.uid,
+        tenant.host_namespace,
+        each.join("; ")
+    );
+    let mut d = pod_token_decision(tenant, pod, secret, Outcome::Synced, reason, message, stamp);
+    d.action = action;
+    d.tokens = tokens;
+    d
+}
+
+/// The decision that a tenant pod gets no tokens now: its TokenRequest failed (`Failed`,
+/// retried) or something else is at its token Secret's name (`Conflict`, left untouched).
+pub fn tokens_refused(
+    tenant: &TenantPlacement,
+    pod: &TenantObject,
+    secret: &str,
+    outcome: Outcome,
+    reason: &str,
+    message: String,
+    stamp: Stamp,
+) -> Decision {
+    pod_token_decision(tenant, pod, secret, outcome, reason, message, stamp)
+}
+
+fn pod_token_decision(
+    tenant: &TenantPlacement,
+    pod: &TenantObject,
+    secret: &str,
+    outcome: Outcome,
+    reason: &str,
+    message: String,
+    stamp: Stamp,
+) -> Decision {
+    let id = &pod.identity;
+    Decision {
+        id: stamp.id,
+        time: stamp.time,
+        tenant: tenant.tenant.clone(),
+        subject: Subject {
+            api_version: id.api_version.clone(),
+            kind: id.kind.clone(),
+            namespace: id.namespace.clone(),
+            name: id.name.clone(),
+            uid: id.uid.clone(),
+            resource_version: pod.resource_version.clone().unwrap_or_default(),
+        },
+        target: Some(HostTarget {
+            api_version: "v1".into(),
+            kind: "Secret".into(),
+            namespace: tenant.host_namespace.clone(),
+            name: secret.to_string(),
+        }),
+        outcome,
+        action: HostAction::None,
+        policy: None,
+        profile: None,
+        reason: reason.into(),
+        message,
+        field_path: None,
+        stripped_keys: Vec::new(),
+        input_digest: tenantplane_core::planner::input_digest(&pod.object),
+        mapping_version: tenant.mapping.to_string(),
+        component: stamp.component,
+        component_version: stamp.component_version,
+        trace_id: stamp.trace_id,
+        span_id: stamp.span_id,
+        closes: None,
+        tokens: Vec::new(),
     }
 }
 
@@ -522,6 +676,7 @@ mod tests {
             host,
             references: &NoHostObjects,
             sharing: Vec::new(),
+            world: None,
         }
     }
 

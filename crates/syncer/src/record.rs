@@ -727,6 +727,7 @@ mod tests {
             trace_id: None,
             span_id: None,
             closes: None,
+            tokens: Vec::new(),
         }
     }
 

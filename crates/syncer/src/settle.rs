@@ -228,6 +228,7 @@ mod tests {
             trace_id: None,
             span_id: None,
             closes: None,
+            tokens: Vec::new(),
         }
     }
 

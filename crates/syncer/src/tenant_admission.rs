@@ -135,6 +135,7 @@ impl Source {
             input_digest: input_digest.to_string(),
             mapping_version: self.mapping.to_string(),
             closes: None,
+            tokens: Vec::new(),
             component: stamp.component,
             component_version: stamp.component_version,
             trace_id: stamp.trace_id,

@@ -51,6 +51,7 @@ pub fn decision(i: u64, tenants: u64) -> Decision {
         trace_id: Some("4bf92f3577b34da6a3ce929d0e0e4736".into()),
         span_id: Some("00f067aa0ba902b7".into()),
         closes: None,
+        tokens: Vec::new(),
     }
 }
 

@@ -10,7 +10,9 @@ use k8s_openapi::jiff::Timestamp;
 use serde_json::Value;
 use tenantplane_api::{IsolationLevel, IsolationProfile, SyncAction, Tenant, TenantSpec};
 use tenantplane_core::collision::{Collision, ConflictCause};
-use tenantplane_core::decision::{HostAction, HostTarget, PolicyRef, ProfileRef, Stamp, Subject};
+use tenantplane_core::decision::{
+    HostAction, HostTarget, IssuedToken, PolicyRef, ProfileRef, Stamp, Subject,
+};
 use tenantplane_core::mapping::{
     self, HostNameForm, MappingVersion, NameSyntax, Provenance, TenantPlacement,
 };
@@ -480,6 +482,19 @@ fn decision_of(field: &str, d: types::Decision) -> Result<Decision, FieldError> 
         trace_id: some_moved(d.trace_id),
         span_id: some_moved(d.span_id),
         closes: some_moved(d.closes),
+        tokens: d
+            .tokens
+            .into_iter()
+            .map(|t| {
+                let expires = required(field, "tokens.expires", t.expires.as_ref())?;
+                Ok(IssuedToken {
+                    service_account: t.service_account,
+                    audiences: t.audiences,
+                    expires: timestamp(field, "tokens.expires", expires)?,
+                    key: t.key,
+                })
+            })
+            .collect::<Result<_, FieldError>>()?,
     })
 }
 

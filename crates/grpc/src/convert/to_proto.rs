@@ -282,6 +282,16 @@ pub fn decision_of(d: Decision) -> types::Decision {
         trace_id: d.trace_id.unwrap_or_default(),
         span_id: d.span_id.unwrap_or_default(),
         closes: d.closes.unwrap_or_default(),
+        tokens: d
+            .tokens
+            .into_iter()
+            .map(|t| types::IssuedToken {
+                service_account: t.service_account,
+                audiences: t.audiences,
+                expires: Some(timestamp(t.expires)),
+                key: t.key,
+            })
+            .collect(),
     }
 }
 

@@ -69,6 +69,12 @@ impl OwnWrite {
         }
     }
 
+    /// Whether the host store, whose object at the name is `cached`, is still to show this
+    /// write: it does not yet, and the patience is not over.
+    pub(super) fn waits_for(&self, cached: Option<&Value>) -> bool {
+        self.at.elapsed() < OWN_WRITE_PATIENCE && !self.shown_by(cached)
+    }
+
     /// Whether `cached` (the host store's object at the name) shows this write or a later state.
     fn shown_by(&self, cached: Option<&Value>) -> bool {
         let uid = cached
@@ -310,12 +316,36 @@ impl Caches {
         if let Some(key) = self.key_of_host(index, obj) {
             return Some(key);
         }
+        if let Some(key) = self.pod_of_token_secret(&self.kinds[index].ar, obj) {
+            return Some(key);
+        }
         let service_kind = self.service_kind?;
         if Some(index) != self.endpoints_kind {
             return None;
         }
         let key = self.source_of_host(service_kind, &obj.name_any())?;
         Some(Key { kind: index, ..key })
+    }
+
+    /// The key of the tenant pod whose token Secret a host object of kind `ar` is, if it is one
+    /// of this tenant's: its events wake the pod, whose tokens are issued again when it is gone.
+    pub(super) fn pod_of_token_secret(&self, ar: &ApiResource, obj: &DynamicObject) -> Option<Key> {
+        if !(ar.group.is_empty() && ar.kind == "Secret")
+            || !obj.name_any().ends_with(mapping::TOKEN_SECRET_SUFFIX)
+        {
+            return None;
+        }
+        let (labels, annotations) = (obj.labels(), obj.annotations());
+        if labels.get(provenance::TENANT)? != &self.placement.tenant
+            || annotations.get(provenance::SOURCE_KIND)? != "Pod"
+        {
+            return None;
+        }
+        Some(Key {
+            kind: self.pod_kind?,
+            namespace: labels.get(provenance::SOURCE_NAMESPACE)?.clone(),
+            name: annotations.get(provenance::SOURCE_NAME)?.clone(),
+        })
     }
 
     /// Whether the key is the tenant Endpoints of a tenant Service that selects pods: its
@@ -458,9 +488,7 @@ impl Caches {
         let Some(w) = writes.get(&(key.kind, name.clone())) else {
             return false;
         };
-        if w.at.elapsed() < OWN_WRITE_PATIENCE
-            && !w.shown_by(self.host_cached(key.kind, &name).as_ref())
-        {
+        if w.waits_for(self.host_cached(key.kind, &name).as_ref()) {
             return true;
         }
         writes.remove(&(key.kind, name));
@@ -600,19 +628,45 @@ impl Caches {
     }
 }
 
-impl HostObjects for Caches {
-    fn host_object(&self, group: &str, kind: &str, name: &str) -> Option<HostObjectMeta> {
-        let store = self
+impl Caches {
+    /// The host object of kind `group/kind` at `name` in the host namespace, from the store of a
+    /// synced kind or of a referenceable one.
+    pub(super) fn host_object_of(&self, group: &str, kind: &str, name: &str) -> Option<Value> {
+        let (ar, store) = self
             .kinds
             .iter()
             .map(|k| (&k.ar, &k.host))
             .chain(self.referenced.iter().map(|(ar, store)| (ar, store)))
-            .find(|(ar, _)| ar.group == group && ar.kind == kind)
-            .map(|(ar, store)| (ar.clone(), store))?;
-        let (ar, store) = store;
-        let obj =
-            store.get(&ObjectRef::new_with(name, ar).within(&self.placement.host_namespace))?;
-        reconcile::host_meta(&to_value(&obj))
+            .find(|(ar, _)| ar.group == group && ar.kind == kind)?;
+        let obj = store
+            .get(&ObjectRef::new_with(name, ar.clone()).within(&self.placement.host_namespace))?;
+        Some(to_value(&obj))
+    }
+
+    /// The tenant objects of the synced kind `index` in `namespace`, ordered by name.
+    pub(super) fn tenant_objects_in(&self, index: usize, namespace: &str) -> Vec<Value> {
+        let mut found: Vec<Value> = self.kinds[index]
+            .tenant
+            .state()
+            .iter()
+            .filter(|o| o.namespace().as_deref() == Some(namespace))
+            .map(|o| to_value(o))
+            .collect();
+        found.sort_by(|a, b| {
+            let name = |v: &Value| {
+                v.pointer("/metadata/name")
+                    .and_then(Value::as_str)
+                    .map(str::to_string)
+            };
+            name(a).cmp(&name(b))
+        });
+        found
+    }
+}
+
+impl HostObjects for Caches {
+    fn host_object(&self, group: &str, kind: &str, name: &str) -> Option<HostObjectMeta> {
+        reconcile::host_meta(&self.host_object_of(group, kind, name)?)
     }
 }
 
@@ -677,19 +731,28 @@ pub(super) fn trim_tenant_object(types: &TypeMeta, obj: &mut DynamicObject) {
 
 /// A host object as its store keeps it: what decisions read of it and nothing else. Its metadata
 /// (provenance, the recorded digest, uid and resourceVersion) without managedFields, its status
-/// (flowing up), a Service's spec (its cluster IPs flow up) and an Endpoints' subsets; the rest
-/// (a Pod's spec, a ConfigMap's or Secret's data) is what the syncer wrote from the tenant object
-/// and is compared by digest only. Like a tenant object, it gets the apiVersion and kind that a
-/// list's items lack.
-pub(super) fn trim_host_object(types: &TypeMeta, service: bool, obj: &mut DynamicObject) {
+/// (flowing up), a Service's spec (its cluster IPs flow up), a Pod's projected volumes (whether
+/// it mounts its token Secret) and an Endpoints' subsets; the rest (the rest of a Pod's spec, a
+/// ConfigMap's or Secret's data) is what the syncer wrote from the tenant object and is compared
+/// by digest only. Like a tenant object, it gets the apiVersion and kind that a list's items lack.
+pub(super) fn trim_host_object(types: &TypeMeta, obj: &mut DynamicObject) {
     obj.types.get_or_insert_with(|| types.clone());
     obj.metadata.managed_fields = None;
-    if let Some(body) = obj.data.as_object_mut() {
-        body.retain(|field, _| match field.as_str() {
-            "status" | "subsets" => true,
-            "spec" => service,
-            _ => false,
-        });
+    let core = types.api_version == "v1";
+    let (service, pod) = (core && types.kind == "Service", core && types.kind == "Pod");
+    let Some(body) = obj.data.as_object_mut() else {
+        return;
+    };
+    body.retain(|field, _| match field.as_str() {
+        "status" | "subsets" => true,
+        "spec" => service || pod,
+        _ => false,
+    });
+    if pod && let Some(spec) = body.get_mut("spec").and_then(Value::as_object_mut) {
+        spec.retain(|field, _| field == "volumes");
+        if let Some(Value::Array(volumes)) = spec.get_mut("volumes") {
+            volumes.retain(|v| v.get("projected").is_some());
+        }
     }
 }
 
@@ -731,7 +794,7 @@ mod tests {
         assert_eq!(object.identity.kind, "ConfigMap");
 
         let mut host = item();
-        trim_host_object(&types("ConfigMap"), false, &mut host);
+        trim_host_object(&types("ConfigMap"), &mut host);
         assert_eq!(to_value(&host)["kind"], "ConfigMap");
 
         let mut event = dynamic(json!({"apiVersion": "v1", "kind": "ConfigMap",
@@ -759,7 +822,7 @@ mod tests {
             json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta,
             "data": {"k": "a large value"}}),
         );
-        trim_host_object(&types("ConfigMap"), false, &mut cm);
+        trim_host_object(&types("ConfigMap"), &mut cm);
         let kept = to_value(&cm);
         assert_eq!(kept["metadata"]["labels"], meta["labels"]);
         assert_eq!(kept["metadata"]["annotations"], meta["annotations"]);
@@ -771,7 +834,7 @@ mod tests {
             json!({"apiVersion": "v1", "kind": "Service", "metadata": meta,
             "spec": {"clusterIP": "10.0.0.7"}, "status": {"loadBalancer": {}}}),
         );
-        trim_host_object(&types("Service"), true, &mut svc);
+        trim_host_object(&types("Service"), &mut svc);
         let kept = to_value(&svc);
         assert_eq!(kept["spec"]["clusterIP"], "10.0.0.7", "cluster IPs flow up");
         assert_eq!(
@@ -780,12 +843,19 @@ mod tests {
             "status flows up"
         );
 
+        let token = json!({"name": "kube-api-access", "projected": {"sources": [
+            {"secret": {"name": "p-x-web.sa-token", "items": [{"key": "token", "path": "token"}]}}]}});
         let mut pod = dynamic(json!({"apiVersion": "v1", "kind": "Pod", "metadata": meta,
-            "spec": {"containers": [{"name": "a", "image": "x"}]},
+            "spec": {"containers": [{"name": "a", "image": "x"}],
+                     "volumes": [{"name": "c", "configMap": {"name": "cfg-x-web"}}, token]},
             "status": {"phase": "Running"}}));
-        trim_host_object(&types("Pod"), false, &mut pod);
+        trim_host_object(&types("Pod"), &mut pod);
         let kept = to_value(&pod);
-        assert_eq!(kept.get("spec"), None);
+        assert_eq!(
+            kept["spec"],
+            json!({"volumes": [token]}),
+            "a pod keeps its projected volumes only: whether it mounts its token Secret"
+        );
         assert_eq!(kept["status"]["phase"], "Running");
     }
 

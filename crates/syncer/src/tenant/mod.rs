@@ -29,8 +29,10 @@
 mod act;
 mod caches;
 mod plan;
+mod tokens;
 mod upsync;
 mod watches;
+mod world;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -43,10 +45,11 @@ use kube::core::ApiResource;
 use kube::discovery::ApiCapabilities;
 use kube::runtime::reflector;
 use serde_json::Value;
-use tenantplane_api::Tenant;
+use tenantplane_api::{Tenant, conditions};
 use tenantplane_core::boundary::Boundary;
 use tenantplane_core::decision::{HostAction, Outcome};
 use tenantplane_core::mapping::TenantPlacement;
+use tenantplane_core::pod_world::{PodWorld, TenantWorld};
 use tenantplane_core::reference::REFERENCEABLE_KINDS;
 use tenantplane_core::{CompiledPolicy, Plan, Planner, TenantObject};
 use tokio::sync::{Semaphore, watch};
@@ -135,6 +138,16 @@ impl std::fmt::Debug for Shared {
     }
 }
 
+/// What the Tenant's pods get of its control plane: the world they share (API endpoint, DNS)
+/// and the CA bundle that verifies its API server (each token Secret's `ca.crt`).
+#[derive(Debug, Clone)]
+pub struct PodContext {
+    /// The world every synced pod of the Tenant shares.
+    pub world: TenantWorld,
+    /// PEM certificates (empty when the kubeconfig carries none).
+    pub ca_bundle: String,
+}
+
 /// A work item: one tenant object by kind index, namespace and name.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 struct Key {
@@ -187,6 +200,12 @@ struct Worker {
     attempts: Mutex<HashMap<Key, u32>>,
     recorder: DecisionRecorder,
     upsync: UpSync,
+    /// The tenant control plane, and the rate limit of requests to it.
+    tenant_client: Client,
+    tenant_limiter: Arc<RateLimiter>,
+    /// What the Tenant's pods get of its control plane.
+    pods: PodContext,
+    tokens: tokens::Tokens,
 }
 
 /// Starts the runtime of one tenant.
@@ -196,7 +215,7 @@ pub async fn start(
     (policy_text, policy): (Option<String>, CompiledPolicy),
     profile: Option<(String, Boundary)>,
     kinds: Vec<(ApiResource, ApiCapabilities)>,
-    tenant_client: Client,
+    (tenant_client, pods): (Client, PodContext),
     ledger: TenantLedger,
 ) -> anyhow::Result<TenantRuntime> {
     let placement = TenantPlacement::from(&tenant);
@@ -248,6 +267,9 @@ pub async fn start(
         None => (None, Planner::new(&tenant, policy)),
     };
     let queue = WorkQueue::with_depth_gauge(metrics.queue_depth(&tenant_name));
+    let tenant_limiter = Arc::new(RateLimiter::new(tuning.tenant_qps, tuning.tenant_burst));
+    let (status, reason, message) = pods.world.api.condition();
+    ledger.set_condition(conditions::POD_API_ACCESS, status, reason, &message);
     let worker = Arc::new(Worker {
         recorder: DecisionRecorder::new(
             tenant_client.clone(),
@@ -255,10 +277,11 @@ pub async fn start(
             shared.log.clone(),
             shared.metrics.clone(),
         ),
-        upsync: UpSync::new(
-            tenant_client.clone(),
-            RateLimiter::new(tuning.tenant_qps, tuning.tenant_burst),
-        ),
+        upsync: UpSync::new(tenant_client.clone(), tenant_limiter.clone()),
+        tenant_client: tenant_client.clone(),
+        tenant_limiter,
+        pods,
+        tokens: tokens::Tokens::default(),
         shared,
         policy: policy_text,
         profile,
@@ -375,7 +398,10 @@ impl Worker {
             }
             match self.caches.gathered(key, found) {
                 Gathered::Behind => self.wait_for_own_write(key),
-                Gathered::InPlace(o) => self.upsync.up(&self.caches, key, Up::InPlace(&o)).await,
+                Gathered::InPlace(o) => {
+                    self.upsync.up(&self.caches, key, Up::InPlace(&o)).await;
+                    self.keep_tokens_of_pod(key, &o).await;
+                }
                 Gathered::Present(o) => {
                     keys.push(key.clone());
                     objects.push(o);
@@ -394,7 +420,8 @@ impl Worker {
             self.wait_for_own_write(key);
             return;
         };
-        let step = self.decide(key, object, plan, &live, selector_endpoints);
+        let world = (Some(key.kind) == self.caches.pod_kind).then(|| self.pod_world(object));
+        let step = self.decide(key, object, plan, &live, selector_endpoints, world.as_ref());
         // record. No read before the write: every write carries a precondition on the host
         // object the decision saw, so a decision on a stale cache fails with 409 and is taken
         // again on fresh state.
@@ -425,8 +452,19 @@ impl Worker {
                 started,
             )
             .await;
-        if acted {
+        if step.decision.outcome == Outcome::Deferred {
+            // Waiting for what the object needs (a pod, for its tenant DNS Service's address).
+            self.backoff(key);
+        } else if acted {
             self.settle(key, object, step, live.host.as_ref()).await;
+            self.keep_tokens_of_pod(key, object).await;
+        }
+    }
+
+    /// The tokens of a synced pod ([`tokens`]), for a key of the Pod kind.
+    async fn keep_tokens_of_pod(&self, key: &Key, object: &TenantObject) {
+        if Some(key.kind) == self.caches.pod_kind {
+            self.keep_tokens(key, object).await;
         }
     }
 
@@ -438,6 +476,7 @@ impl Worker {
         mut plan: Plan,
         live: &LiveView,
         selector_endpoints: bool,
+        world: Option<&PodWorld>,
     ) -> Step {
         if selector_endpoints {
             reconcile::skip_endpoints_of_selector_service(&mut plan);
@@ -453,6 +492,7 @@ impl Worker {
                     planner: &self.planner,
                 },
                 sharing: live.sharing.iter().collect(),
+                world,
             },
             trace::stamp_in(&tracing::Span::current(), COMPONENT),
         );

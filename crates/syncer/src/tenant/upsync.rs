@@ -7,7 +7,7 @@
 //! by the next host event, and none of them is a decision.
 
 use std::collections::HashSet;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams, Preconditions};
 use kube::{Client, ResourceExt};
@@ -42,13 +42,13 @@ pub(super) enum Up<'a> {
 /// The up-sync of one tenant.
 pub(super) struct UpSync {
     tenant_client: Client,
-    tenant_limiter: RateLimiter,
+    tenant_limiter: Arc<RateLimiter>,
     /// Tenant Services whose control plane refused the host's cluster IPs: not tried again.
     cluster_ips_refused: Mutex<HashSet<Key>>,
 }
 
 impl UpSync {
-    pub(super) fn new(tenant_client: Client, tenant_limiter: RateLimiter) -> UpSync {
+    pub(super) fn new(tenant_client: Client, tenant_limiter: Arc<RateLimiter>) -> UpSync {
         UpSync {
             tenant_client,
             tenant_limiter,

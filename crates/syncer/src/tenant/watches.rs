@@ -59,11 +59,10 @@ pub(super) fn spawn(
             }
         }));
         let w = worker.clone();
-        let service = Some(index) == w.caches.service_kind;
         let types = type_meta(&w.caches.kind(index).ar);
         tasks.push(tokio::spawn(async move {
             let mut events = stored(host_api, host_writer, move |obj| {
-                trim_host_object(&types, service, obj)
+                trim_host_object(&types, obj)
             });
             while let Some(event) = events.next().await {
                 match event {
@@ -80,13 +79,21 @@ pub(super) fn spawn(
         }));
     }
     for (ar, api, writer) in references {
-        let tenant = worker.caches.placement.tenant.clone();
+        let w = worker.clone();
         let types = type_meta(&ar);
         tasks.push(tokio::spawn(async move {
-            let mut events = stored(api, writer, move |obj| trim_host_object(&types, false, obj));
+            let mut events = stored(api, writer, move |obj| trim_host_object(&types, obj));
             while let Some(event) = events.next().await {
-                if let Err(e) = event {
-                    tracing::warn!(tenant = %tenant, error = %e, "host watch of a referenced kind");
+                match event {
+                    Ok(obj) => {
+                        if let Some(key) = w.caches.pod_of_token_secret(&ar, &obj) {
+                            w.queue.push(key);
+                        }
+                    }
+                    Err(e) => {
+                        let tenant = &w.caches.placement.tenant;
+                        tracing::warn!(tenant = %tenant, error = %e, "host watch of a referenced kind");
+                    }
                 }
             }
         }));
