@@ -1308,3 +1308,486 @@ impl TokenUpkeep {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mapping::{MappingVersion, TenantPlacement, place};
+    use crate::translate::to_host;
+    use pretty_assertions::assert_eq;
+
+    fn placement() -> TenantPlacement {
+        TenantPlacement {
+            tenant: "acme".into(),
+            host_namespace: "tenant-acme".into(),
+            mapping: MappingVersion::V2,
+        }
+    }
+
+    fn tenant(pod_endpoint: Option<&str>) -> Tenant {
+        let mut t = Tenant::new("acme", Default::default());
+        t.spec.control_plane.pod_endpoint = pod_endpoint.map(str::to_string);
+        t
+    }
+
+    fn with_ca(server: &str) -> Option<Kubeconfig<'_>> {
+        Some(Kubeconfig {
+            server,
+            has_ca: true,
+        })
+    }
+
+    /// A tenant pod as a tenant API server stores it: with the `kube-api-access-*` volume its
+    /// ServiceAccount admission adds, and a second projection for another audience.
+    fn pod() -> TenantObject {
+        TenantObject::from_value(json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "web", "namespace": "shop", "uid": "pod-uid"},
+            "spec": {
+                "serviceAccountName": "builder",
+                "dnsConfig": {"searches": ["corp.example"], "options": [{"name": "edns0"}]},
+                "containers": [{"name": "app", "image": "nginx",
+                    "env": [{"name": "URL", "value": "http://$(BACKEND_SERVICE_HOST)"},
+                            {"name": "BACKEND_SERVICE_PORT", "value": "mine"}],
+                    "volumeMounts": [{"name": "kube-api-access-x7k2p", "readOnly": true,
+                        "mountPath": SERVICE_ACCOUNT_MOUNT}]}],
+                "volumes": [
+                    {"name": "kube-api-access-x7k2p", "projected": {"defaultMode": 420, "sources": [
+                        {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
+                        {"configMap": {"name": "kube-root-ca.crt",
+                            "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+                        {"downwardAPI": {"items": [{"path": "namespace",
+                            "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}]}}]}},
+                    {"name": "vault", "projected": {"sources": [
+                        {"serviceAccountToken": {"audience": "vault", "expirationSeconds": 600,
+                            "path": "vault-token"}}]}}]}}))
+        .unwrap()
+    }
+
+    /// The tenant's Services: its DNS and `backend` in `shop` on the host, `pending` not yet.
+    struct Services;
+
+    impl TenantServices for Services {
+        fn service(&self, namespace: &str, name: &str) -> Option<TenantService> {
+            if (namespace, name) == ("kube-system", "kube-dns") {
+                return Some(TenantService {
+                    name: "kube-dns".into(),
+                    address: HostAddress::ClusterIp("10.96.0.10".into()),
+                    ports: vec![(Some("dns".into()), 53, "UDP".into())],
+                });
+            }
+            self.services_in(namespace)
+                .into_iter()
+                .find(|s| s.name == name)
+        }
+
+        fn services_in(&self, namespace: &str) -> Vec<TenantService> {
+            if namespace != "shop" {
+                return Vec::new();
+            }
+            vec![
+                TenantService {
+                    name: "backend".into(),
+                    address: HostAddress::ClusterIp("10.96.7.8".into()),
+                    ports: vec![
+                        (Some("http".into()), 8080, "TCP".into()),
+                        (Some("metrics".into()), 9090, "TCP".into()),
+                    ],
+                },
+                TenantService {
+                    name: "pending".into(),
+                    address: HostAddress::Awaited,
+                    ports: vec![(None, 80, "TCP".into())],
+                },
+            ]
+        }
+    }
+
+    fn env_of(host: &Value) -> Vec<(String, String)> {
+        host.pointer("/spec/containers/0/env")
+            .and_then(Value::as_array)
+            .unwrap()
+            .iter()
+            .map(|e| {
+                (
+                    e["name"].as_str().unwrap().to_string(),
+                    e["value"].as_str().unwrap_or_default().to_string(),
+                )
+            })
+            .collect()
+    }
+
+    fn furnished(world: &TenantWorld, pod: &TenantObject) -> (PodWorld, Value) {
+        let p = place(&placement(), pod);
+        let mut host = to_host(&placement(), pod, &p).unwrap().object;
+        let pod_world = PodWorld::of(world, pod, &p.name, &Services);
+        pod_world.furnish(&pod.object, &mut host);
+        (pod_world, host)
+    }
+
+    #[test]
+    fn endpoints_are_host_and_port_and_say_what_is_wrong() {
+        assert_eq!(
+            Endpoint::parse("10.96.12.7:443").unwrap().to_string(),
+            "10.96.12.7:443"
+        );
+        let v6 = Endpoint::parse("[fd00::1]:6443").unwrap();
+        assert_eq!((v6.host.as_str(), v6.port), ("fd00::1", 6443));
+        assert_eq!(v6.to_string(), "[fd00::1]:6443");
+        assert_eq!(
+            Endpoint::parse("API.tenant-acme.svc:443").unwrap().host,
+            "api.tenant-acme.svc"
+        );
+        for (bad, says) in [
+            ("10.0.0.1", "is not host:port"),
+            ("10.0.0.1:0", "from 1 to 65535"),
+            ("10.0.0.1:http", "from 1 to 65535"),
+            ("[not-v6]:443", "is not an IPv6 address"),
+            ("bad_host:443", "neither an IP address nor a DNS name"),
+        ] {
+            let e = Endpoint::parse(bad).unwrap_err();
+            assert!(e.contains(says), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn api_access_comes_from_the_pod_endpoint_or_the_kubeconfig_with_its_caveats() {
+        let set = ApiAccess::of(
+            &tenant(Some("10.96.12.7:443")),
+            with_ca("https://127.0.0.1:1"),
+        );
+        assert_eq!(set.condition().1, "EndpointUsable");
+        let from_kubeconfig = ApiAccess::of(&tenant(None), with_ca("https://k.example:6443/"));
+        assert_eq!(
+            from_kubeconfig,
+            ApiAccess::Granted {
+                endpoint: Some(Endpoint::parse("k.example:6443").unwrap()),
+                source: "kubeconfig",
+                caveats: Vec::new(),
+            }
+        );
+        let loopback = ApiAccess::of(&tenant(None), with_ca("https://[::1]:6443"));
+        let (granted, reason, message) = loopback.condition();
+        assert_eq!((granted, reason), (false, "LoopbackEndpoint"));
+        assert!(
+            message.contains("pods on a real host cannot reach it"),
+            "{message}"
+        );
+        let ApiAccess::Denied { reason, message } =
+            ApiAccess::of(&tenant(Some("api:99999")), with_ca("https://h:1"))
+        else {
+            panic!("an invalid podEndpoint gives no access")
+        };
+        assert_eq!(reason, "InvalidPodEndpoint");
+        assert!(
+            message.starts_with("spec.controlPlane.podEndpoint:"),
+            "{message}"
+        );
+        assert!(matches!(
+            ApiAccess::of(&tenant(None), with_ca("unix:///run/k.sock")),
+            ApiAccess::Denied {
+                reason: "InvalidKubeconfigServer",
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn a_pods_token_requests_follow_its_projections_without_a_year_long_token() {
+        assert_eq!(
+            TokenRequest::of_pod(&pod().object),
+            vec![
+                TokenRequest {
+                    key: "token".into(),
+                    audience: None,
+                    expiration_seconds: DEFAULT_TOKEN_SECONDS,
+                },
+                TokenRequest {
+                    key: "token-2".into(),
+                    audience: Some("vault".into()),
+                    expiration_seconds: 600,
+                },
+            ]
+        );
+        let none = json!({"spec": {"containers": [{"name": "a", "image": "x"}]}});
+        assert!(TokenRequest::of_pod(&none).is_empty());
+    }
+
+    #[test]
+    fn tokens_are_refreshed_at_four_fifths_of_their_life_and_within_a_day() {
+        let issued: Timestamp = "2026-12-03T10:00:00Z".parse().unwrap();
+        let hour = issued + SignedDuration::from_hours(1);
+        assert_eq!(refresh_at(issued, hour).to_string(), "2026-12-03T10:48:00Z");
+        let two_days = issued + SignedDuration::from_hours(48);
+        assert_eq!(
+            refresh_at(issued, two_days).to_string(),
+            "2026-12-04T10:00:00Z"
+        );
+    }
+
+    #[test]
+    fn a_created_pod_gets_its_tenant_api_its_tokens_its_dns_and_its_service_links() {
+        let world = TenantWorld::of(&tenant(Some("10.96.12.7:6443")), with_ca("https://x:1"));
+        let pod = pod();
+        let (pod_world, host) = furnished(&world, &pod);
+        assert_eq!(pod_world.awaits(), None);
+        let secret = "web-x-shop.sa-token";
+        assert_eq!(pod_world.token_secret.as_deref(), Some(secret));
+        let spec = &host["spec"];
+        assert_eq!(
+            spec["volumes"][0]["projected"]["sources"],
+            json!([
+                {"secret": {"name": secret, "items": [{"key": "token", "path": "token"}]}},
+                {"secret": {"name": secret, "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+                {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {"apiVersion": "v1",
+                    "fieldPath": "metadata.labels['tenantplane.io/source-namespace']"}}]}},
+            ]),
+            "the kube-api-access volume: the tenant's token and CA from the token Secret"
+        );
+        assert_eq!(
+            spec["volumes"][1]["projected"]["sources"],
+            json!([{"secret": {"name": secret,
+                "items": [{"key": "token-2", "path": "vault-token"}]}}])
+        );
+        assert_eq!(spec["automountServiceAccountToken"], false);
+        assert_eq!(spec["enableServiceLinks"], false);
+        assert_eq!(
+            spec["hostAliases"],
+            json!([{"ip": "10.96.12.7", "hostnames": ["kubernetes", "kubernetes.default",
+                "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"]}])
+        );
+        assert_eq!(spec["dnsPolicy"], "None");
+        assert_eq!(
+            spec["dnsConfig"],
+            json!({"nameservers": ["10.96.0.10"],
+                "searches": ["shop.svc.cluster.local", "svc.cluster.local", "cluster.local",
+                             "corp.example"],
+                "options": [{"name": "ndots", "value": "5"}, {"name": "edns0"}]})
+        );
+        let env = env_of(&host);
+        let names: Vec<&str> = env.iter().map(|(n, _)| n.as_str()).collect();
+        let value = |name: &str| env.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str());
+        assert_eq!(value("KUBERNETES_SERVICE_HOST"), Some("10.96.12.7"));
+        assert_eq!(value("KUBERNETES_SERVICE_PORT"), Some("6443"));
+        assert_eq!(value("KUBERNETES_SERVICE_PORT_HTTPS"), Some("6443"));
+        assert_eq!(value("KUBERNETES_PORT"), Some("tcp://10.96.12.7:6443"));
+        assert_eq!(value("KUBERNETES_PORT_6443_TCP_ADDR"), Some("10.96.12.7"));
+        assert_eq!(
+            value("KUBERNETES_PORT_443_TCP_ADDR"),
+            Some(""),
+            "the host kubelet's variables of its own API server are masked"
+        );
+        assert_eq!(value("BACKEND_SERVICE_HOST"), Some("10.96.7.8"));
+        assert_eq!(value("BACKEND_SERVICE_PORT_METRICS"), Some("9090"));
+        assert_eq!(value("BACKEND_PORT_8080_TCP"), Some("tcp://10.96.7.8:8080"));
+        assert_eq!(
+            value("BACKEND_SERVICE_PORT"),
+            Some("mine"),
+            "the container's own wins"
+        );
+        assert!(
+            !names.iter().any(|n| n.starts_with("PENDING_")),
+            "a Service not on the host yet has no links"
+        );
+        assert!(
+            names.iter().position(|n| *n == "BACKEND_SERVICE_HOST")
+                < names.iter().position(|n| *n == "URL"),
+            "the kubelet's variables come first, so the container's $(VAR) references see them"
+        );
+        assert_eq!(pod_world.service_links, Some(vec!["backend".to_string()]));
+        assert_eq!(pod_world.services_awaited, vec!["pending".to_string()]);
+        let described = pod_world.describe();
+        for says in [
+            "10.96.12.7:6443",
+            "ServiceAccount shop/builder",
+            "Secret web-x-shop.sa-token",
+            "DNS: 10.96.0.10",
+            "service links: backend",
+        ] {
+            assert!(described.contains(says), "{described}");
+        }
+    }
+
+    #[test]
+    fn with_no_api_access_a_pod_gets_no_token_and_no_api_server_at_all() {
+        let world = TenantWorld::of(&tenant(Some("nope")), with_ca("https://x:1"));
+        let (pod_world, host) = furnished(&world, &pod());
+        assert_eq!(pod_world.token_secret, None);
+        let sources = &host["spec"]["volumes"][0]["projected"]["sources"];
+        assert!(
+            !sources.to_string().contains("sa-token")
+                && !sources.to_string().contains("serviceAccountToken"),
+            "{sources}"
+        );
+        assert!(host["spec"].get("hostAliases").is_none());
+        let env = env_of(&host);
+        for name in ["KUBERNETES_SERVICE_HOST", "KUBERNETES_PORT_443_TCP_ADDR"] {
+            assert!(
+                env.contains(&(name.into(), String::new())),
+                "{name}: {env:?}"
+            );
+        }
+        assert!(
+            pod_world
+                .describe()
+                .contains("API: none (InvalidPodEndpoint")
+        );
+    }
+
+    #[test]
+    fn a_pods_resolver_is_the_tenants_dns_or_says_why_not() {
+        let world = |policy: DnsPolicy, service: &str| {
+            let mut t = tenant(Some("10.0.0.1:443"));
+            let (namespace, name) = service.split_once('/').unwrap();
+            t.spec.dns = Some(tenantplane_api::tenant::TenantDns {
+                policy,
+                service: Some(tenantplane_api::tenant::ServiceRef {
+                    namespace: namespace.into(),
+                    name: name.into(),
+                }),
+                cluster_domain: None,
+            });
+            TenantWorld::of(&t, None)
+        };
+        let dns =
+            |world: &TenantWorld, pod: &TenantObject| PodWorld::of(world, pod, "h", &Services).dns;
+        let pod = pod();
+        assert!(matches!(
+            dns(&world(DnsPolicy::Tenant, "kube-system/kube-dns"), &pod),
+            Resolver::Tenant { .. }
+        ));
+        assert!(matches!(
+            dns(&world(DnsPolicy::Tenant, "kube-system/coredns"), &pod),
+            Resolver::Host {
+                reason: "TenantDnsServiceMissing",
+                ..
+            }
+        ));
+        assert!(matches!(
+            dns(&world(DnsPolicy::Host, "kube-system/kube-dns"), &pod),
+            Resolver::Host {
+                reason: "HostResolverChosen",
+                ..
+            }
+        ));
+        let mut own = pod.clone();
+        own.object["spec"]["dnsPolicy"] = json!("Default");
+        assert_eq!(
+            dns(&world(DnsPolicy::Tenant, "kube-system/kube-dns"), &own),
+            Resolver::Own {
+                dns_policy: "Default".into()
+            }
+        );
+        let mut host_network = pod.clone();
+        host_network.object["spec"]["hostNetwork"] = json!(true);
+        assert!(matches!(
+            dns(
+                &world(DnsPolicy::Tenant, "kube-system/kube-dns"),
+                &host_network
+            ),
+            Resolver::Own { .. }
+        ));
+        let awaited = world(DnsPolicy::Tenant, "shop/pending");
+        let pod_world = PodWorld::of(&awaited, &pod, "h", &Services);
+        let waits = pod_world
+            .awaits()
+            .expect("a pod waits for its DNS Service's address");
+        assert!(waits.contains("shop/pending"), "{waits}");
+    }
+
+    fn secret_of(minted: &[MintedToken]) -> Value {
+        let pod = pod();
+        token_secret(
+            &place(&placement(), &pod),
+            "host-pod-uid",
+            "shop/builder",
+            minted,
+            "PEM",
+        )
+    }
+
+    fn minted(issued: &str) -> Vec<MintedToken> {
+        let issued: Timestamp = issued.parse().unwrap();
+        TokenRequest::of_pod(&pod().object)
+            .into_iter()
+            .map(|request| MintedToken {
+                expires: issued + SignedDuration::from_secs(request.expiration_seconds),
+                request,
+                token: "SECRET-TOKEN-BYTES".into(),
+                issued,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_token_secret_is_the_pods_owned_by_its_host_pod_and_says_what_it_holds() {
+        use data_encoding::BASE64;
+        use tenantplane_api::provenance;
+        let tokens = minted("2026-12-03T10:00:00Z");
+        let secret = secret_of(&tokens);
+        assert_eq!(secret["type"], TOKEN_SECRET_TYPE);
+        let meta = &secret["metadata"];
+        assert_eq!(meta["name"], "web-x-shop.sa-token");
+        assert_eq!(meta["ownerReferences"][0]["uid"], "host-pod-uid");
+        assert_eq!(meta["labels"][provenance::SOURCE_UID], "pod-uid");
+        assert_eq!(meta["annotations"][provenance::SOURCE_KIND], "Pod");
+        assert_eq!(
+            meta["annotations"][provenance::REFRESH_AT],
+            "2026-12-03T10:08:00Z"
+        );
+        let said = meta["annotations"][provenance::SERVICE_ACCOUNT_TOKENS]
+            .as_str()
+            .unwrap();
+        assert!(!said.contains("SECRET-TOKEN-BYTES"), "{said}");
+        let data = &secret["data"];
+        assert_eq!(data["ca.crt"], BASE64.encode(b"PEM"));
+        assert_eq!(data["token-2"], BASE64.encode(b"SECRET-TOKEN-BYTES"));
+        assert!(!format!("{tokens:?}").contains("SECRET-TOKEN-BYTES"));
+    }
+
+    #[test]
+    fn a_token_secret_is_issued_replaced_refreshed_or_left_alone() {
+        let pod = pod();
+        let requests = TokenRequest::of_pod(&pod.object);
+        let secret = secret_of(&minted("2026-12-03T10:00:00Z"));
+        let at = |t: &str| t.parse::<Timestamp>().unwrap();
+        let upkeep = |secret: Option<&Value>, host_uid: &str, now: &str| {
+            TokenUpkeep::of(secret, "acme", &pod, host_uid, &requests, at(now))
+        };
+        assert_eq!(
+            upkeep(None, "host-pod-uid", "2026-12-03T10:01:00Z"),
+            TokenUpkeep::Issue
+        );
+        assert_eq!(
+            upkeep(Some(&secret), "host-pod-uid", "2026-12-03T10:01:00Z"),
+            TokenUpkeep::Current(at("2026-12-03T10:08:00Z"))
+        );
+        assert_eq!(
+            upkeep(Some(&secret), "host-pod-uid", "2026-12-03T10:08:00Z"),
+            TokenUpkeep::Refresh
+        );
+        assert!(matches!(
+            upkeep(Some(&secret), "another-host-pod", "2026-12-03T10:01:00Z"),
+            TokenUpkeep::Replace(_)
+        ));
+        let mut recreated = secret.clone();
+        recreated["metadata"]["labels"]["tenantplane.io/source-uid"] = json!("old-pod-uid");
+        assert!(matches!(
+            upkeep(Some(&recreated), "host-pod-uid", "2026-12-03T10:01:00Z"),
+            TokenUpkeep::Replace(_)
+        ));
+        let platform = json!({"metadata": {"name": "web-x-shop.sa-token"}});
+        assert_eq!(
+            upkeep(Some(&platform), "host-pod-uid", "2026-12-03T10:01:00Z"),
+            TokenUpkeep::Foreign("it has no tenantplane provenance".into())
+        );
+    }
+
+    #[test]
+    fn a_token_secret_name_is_never_a_synced_objects() {
+        assert_eq!(token_secret_name("web-x-shop"), "web-x-shop.sa-token");
+        let long = "a".repeat(250);
+        let name = token_secret_name(&long);
+        assert!(name.len() <= 253 && name.ends_with(".sa-token"), "{name}");
+        assert_ne!(name, token_secret_name(&"a".repeat(251)));
+    }
+}

@@ -200,10 +200,11 @@ pub fn reconcile_present(
                 plan.message = "the host object already carries what tenantplane sets; nothing \
                                 written"
                     .into();
-            } else if let Some(waits) = world.and_then(PodWorld::awaits) {
+            } else if let Some((reason, waits)) = world.and_then(|w| awaited(w, d, live.references))
+            {
                 plan.outcome = Outcome::Deferred;
                 plan.action = HostAction::None;
-                plan.reason = "TenantDnsAwaited".into();
+                plan.reason = reason.into();
                 plan.message = waits;
             } else {
                 let mut notes = d.notes.clone();
@@ -263,6 +264,34 @@ pub fn reconcile_present(
         write,
         status_up,
     }
+}
+
+/// What a pod about to be created waits for, if anything, with the reason: its ServiceAccount on
+/// the host (the host's ServiceAccount admission refuses a pod whose ServiceAccount does not
+/// exist), then what its world awaits (its tenant DNS Service's address).
+fn awaited(
+    world: &PodWorld,
+    desired: &HostDesired,
+    host: &dyn HostObjects,
+) -> Option<(&'static str, String)> {
+    let account = desired
+        .references
+        .iter()
+        .find(|r| r.field_path == "spec.serviceAccountName")?;
+    if host
+        .host_object("", "ServiceAccount", &account.host_name)
+        .is_none()
+    {
+        return Some((
+            "ServiceAccountAwaited",
+            format!(
+                "its ServiceAccount {}/{} is not on the host yet (ServiceAccount {}): the host \
+                 admits a pod only once its ServiceAccount exists",
+                account.namespace, account.name, account.host_name
+            ),
+        ));
+    }
+    world.awaits().map(|waits| ("TenantDnsAwaited", waits))
 }
 
 /// The plan of a tenant Endpoints whose Service selects pods, which the planner would sync:
