@@ -590,15 +590,19 @@ pub async fn ensure_namespace(client: &Client, name: &str) -> anyhow::Result<()>
     Ok(())
 }
 
-/// Installs the tenantplane CRDs unless present.
+/// Installs the tenantplane CRDs, or brings them up to date.
 pub async fn install_crds(client: &Client) -> anyhow::Result<()> {
     let api: Api<CustomResourceDefinition> = Api::all(client.clone());
     for crd in tenantplane_api::crds() {
-        match api.create(&PostParams::default(), &crd).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(s)) if s.code == 409 => {}
-            Err(e) => return Err(e.into()),
-        }
+        // Applied, not only created: a shared real cluster may hold an older version of them,
+        // whose schema would prune the fields added since.
+        let name = crd.metadata.name.clone().unwrap_or_default();
+        api.patch(
+            &name,
+            &kube::api::PatchParams::apply("tenantplane-e2e").force(),
+            &kube::api::Patch::Apply(&crd),
+        )
+        .await?;
     }
     Ok(())
 }
@@ -761,4 +765,87 @@ pub async fn events_regarding(client: &Client, namespace: &str, name: &str) -> V
         .into_iter()
         .filter(|e| e.pointer("/regarding/name").and_then(Value::as_str) == Some(name))
         .collect()
+}
+
+/// An OTLP trace receiver in this process (the official OpenTelemetry proto definitions),
+/// keeping every span it is sent.
+#[derive(Clone, Default, Debug)]
+pub struct OtlpReceiver {
+    spans: std::sync::Arc<std::sync::Mutex<Vec<opentelemetry_proto::tonic::trace::v1::Span>>>,
+}
+
+impl OtlpReceiver {
+    /// A receiver on a loopback port, and its endpoint (`http://127.0.0.1:PORT`).
+    pub async fn start() -> anyhow::Result<(OtlpReceiver, String)> {
+        use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::TraceServiceServer;
+        let receiver = OtlpReceiver::default();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let endpoint = format!("http://{}", listener.local_addr()?);
+        tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(TraceServiceServer::new(receiver.clone()))
+                .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
+        );
+        Ok((receiver, endpoint))
+    }
+
+    /// Every span received so far.
+    pub fn spans(&self) -> Vec<opentelemetry_proto::tonic::trace::v1::Span> {
+        self.spans.lock().expect("spans lock").clone()
+    }
+}
+
+#[tonic::async_trait]
+impl opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::TraceService
+    for OtlpReceiver
+{
+    async fn export(
+        &self,
+        request: tonic::Request<
+            opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest,
+        >,
+    ) -> Result<
+        tonic::Response<
+            opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceResponse,
+        >,
+        tonic::Status,
+    > {
+        let mut spans = self.spans.lock().expect("spans lock");
+        for resource in request.into_inner().resource_spans {
+            for scope in resource.scope_spans {
+                spans.extend(scope.spans);
+            }
+        }
+        Ok(tonic::Response::new(
+            opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceResponse {
+                partial_success: None,
+            },
+        ))
+    }
+}
+
+/// Every decision the log holds about `tenant`, oldest first.
+pub async fn all_decisions(
+    store: &dyn tenantplane_decision_log::DecisionStore,
+    tenant: &str,
+) -> Vec<tenantplane_core::decision::Decision> {
+    let mut query = tenantplane_decision_log::Query::new(
+        tenantplane_decision_log::Filter {
+            tenant: Some(tenant.to_string()),
+            ..tenantplane_decision_log::Filter::default()
+        },
+        1000,
+    );
+    let mut out = Vec::new();
+    loop {
+        let page = store
+            .query(query.clone())
+            .await
+            .expect("querying the decision log");
+        out.extend(page.entries.into_iter().map(|e| e.decision));
+        match page.next_page_token {
+            Some(t) => query.page_token = Some(t),
+            None => return out,
+        }
+    }
 }

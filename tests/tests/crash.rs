@@ -13,7 +13,6 @@ use serde_json::json;
 use tenantplane_api::provenance::DECISION_ID;
 use tenantplane_core::decision::{HostAction, Outcome};
 use tenantplane_decision_log::signed::{self, Published};
-use tenantplane_decision_log::{DecisionStore, Filter, Query};
 use tenantplane_e2e::{Env, SYSTEM_NAMESPACE, create, eventually};
 
 /// Tenant ConfigMaps in the backlog: enough for the kill to land mid-way with host writes held
@@ -162,7 +161,7 @@ async fn a_syncer_killed_mid_backlog_leaves_no_open_decision() {
     .await;
 
     // Every recorded create took effect (its id is on the host object) or is closed.
-    let decisions = all_decisions(&*store, &tenant).await;
+    let decisions = tenantplane_e2e::all_decisions(&*store, &tenant).await;
     let on_host_ids: HashMap<String, String> = placed
         .iter()
         .map(|c| {
@@ -227,26 +226,4 @@ async fn a_syncer_killed_mid_backlog_leaves_no_open_decision() {
         Some(head.sequence),
         "the checkpoint signed at shutdown covers the head"
     );
-}
-
-async fn all_decisions(
-    store: &dyn DecisionStore,
-    tenant: &str,
-) -> Vec<tenantplane_core::decision::Decision> {
-    let mut query = Query::new(
-        Filter {
-            tenant: Some(tenant.to_string()),
-            ..Filter::default()
-        },
-        1000,
-    );
-    let mut out = Vec::new();
-    loop {
-        let page = store.query(query.clone()).await.unwrap();
-        out.extend(page.entries.into_iter().map(|e| e.decision));
-        match page.next_page_token {
-            Some(t) => query.page_token = Some(t),
-            None => return out,
-        }
-    }
 }

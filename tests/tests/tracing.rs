@@ -11,49 +11,18 @@
 //! span.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
-    TraceService, TraceServiceServer,
-};
-use opentelemetry_proto::tonic::collector::trace::v1::{
-    ExportTraceServiceRequest, ExportTraceServiceResponse,
-};
 use opentelemetry_proto::tonic::common::v1::any_value::Value as AnyValue;
 use opentelemetry_proto::tonic::trace::v1::Span;
 use serde_json::{Value, json};
 use tenantplane_core::decision::{HostAction, Outcome};
 use tenantplane_decision_log::{Entry, Filter, Query};
-use tenantplane_e2e::{Env, create, eventually, get, merge};
+use tenantplane_e2e::{Env, OtlpReceiver, create, eventually, get, merge};
 use tenantplane_service::{GrpcApi, Server};
 use tenantplane_syncer::{isolation, planner};
 use tenantplane_telemetry::{LogFormat, OtlpSettings};
-use tokio_stream::wrappers::TcpListenerStream;
-
-/// An OTLP trace receiver keeping every span it is sent.
-#[derive(Clone, Default)]
-struct Receiver {
-    spans: Arc<Mutex<Vec<Span>>>,
-}
-
-#[tonic::async_trait]
-impl TraceService for Receiver {
-    async fn export(
-        &self,
-        request: tonic::Request<ExportTraceServiceRequest>,
-    ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
-        let mut spans = self.spans.lock().unwrap();
-        for resource in request.into_inner().resource_spans {
-            for scope in resource.scope_spans {
-                spans.extend(scope.spans);
-            }
-        }
-        Ok(tonic::Response::new(ExportTraceServiceResponse {
-            partial_success: None,
-        }))
-    }
-}
 
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
@@ -80,20 +49,13 @@ async fn serve(api: GrpcApi) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_decision_is_one_span_with_the_planner_compiler_and_host_calls_as_children() {
-    let receiver = Receiver::default();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let otlp = listener.local_addr().unwrap();
-    tokio::spawn(
-        tonic::transport::Server::builder()
-            .add_service(TraceServiceServer::new(receiver.clone()))
-            .serve_with_incoming(TcpListenerStream::new(listener)),
-    );
+    let (receiver, otlp) = OtlpReceiver::start().await.unwrap();
     let telemetry = tenantplane_telemetry::init_with(
         "tenantplane-e2e",
         LogFormat::Text,
         "warn,tenantplane_syncer=info,tenantplane_grpc=info,tenantplane_telemetry=info",
         &OtlpSettings {
-            endpoint: Some(format!("http://{otlp}")),
+            endpoint: Some(otlp),
             protocol: "grpc".into(),
             ..Default::default()
         },
@@ -250,7 +212,7 @@ async fn each_decision_is_one_span_with_the_planner_compiler_and_host_calls_as_c
         .await
         .unwrap(); // flushes
 
-    let spans = receiver.spans.lock().unwrap().clone();
+    let spans = receiver.spans();
     let by_id: HashMap<String, &Span> = spans.iter().map(|s| (hex(&s.span_id), s)).collect();
     let decision_spans: Vec<&Span> = spans
         .iter()

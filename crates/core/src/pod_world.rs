@@ -469,8 +469,8 @@ pub struct TokenRequest {
 
 impl TokenRequest {
     /// The token requests of a tenant pod's projected `serviceAccountToken` sources, one per
-    /// distinct (audience, lifetime), in the order they first appear; the first is `token`, the
-    /// others `token-2`, `token-3`, ...
+    /// distinct (audience, lifetime), those for the tenant API server's own audience first, then
+    /// in the order they appear; the first is `token`, the others `token-2`, `token-3`, ...
     pub fn of_pod(pod: &Value) -> Vec<TokenRequest> {
         let mut requests: Vec<TokenRequest> = Vec::new();
         for source in token_sources(pod) {
@@ -492,16 +492,19 @@ impl TokenRequest {
                 .iter()
                 .any(|r| r.audience == audience && r.expiration_seconds == expiration_seconds)
             {
-                let key = match requests.len() {
-                    0 => "token".to_string(),
-                    n => format!("token-{}", n + 1),
-                };
                 requests.push(TokenRequest {
-                    key,
+                    key: String::new(),
                     audience,
                     expiration_seconds,
                 });
             }
+        }
+        requests.sort_by_key(|r| r.audience.is_some());
+        for (i, r) in requests.iter_mut().enumerate() {
+            r.key = match i {
+                0 => "token".to_string(),
+                n => format!("token-{}", n + 1),
+            };
         }
         requests
     }

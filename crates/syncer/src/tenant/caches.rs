@@ -330,9 +330,10 @@ impl Caches {
     /// The key of the tenant pod whose token Secret a host object of kind `ar` is, if it is one
     /// of this tenant's: its events wake the pod, whose tokens are issued again when it is gone.
     pub(super) fn pod_of_token_secret(&self, ar: &ApiResource, obj: &DynamicObject) -> Option<Key> {
-        if !(ar.group.is_empty() && ar.kind == "Secret")
-            || !obj.name_any().ends_with(mapping::TOKEN_SECRET_SUFFIX)
-        {
+        let token_secret = ar.group.is_empty()
+            && ar.kind == "Secret"
+            && obj.name_any().ends_with(mapping::TOKEN_SECRET_SUFFIX);
+        if !token_secret {
             return None;
         }
         let (labels, annotations) = (obj.labels(), obj.annotations());

@@ -8,8 +8,8 @@ use tenantplane_api::{SyncAction, conditions};
 use tenantplane_core::pod_world::{HostAddress, PodWorld, TenantService, TenantServices};
 use tenantplane_core::{Planner, TenantObject};
 
-use super::Worker;
 use super::caches::{Caches, to_value};
+use super::{Key, Worker};
 
 /// The tenant's Services in the caches: each tenant Service with its host Service's address, and
 /// whether the SyncPolicy syncs it (a Service it does not sync never gets one).
@@ -54,10 +54,26 @@ impl TenantServices for ServicesInCaches<'_> {
     fn service(&self, namespace: &str, name: &str) -> Option<TenantService> {
         let index = self.caches.service_kind?;
         let kind = self.caches.kind(index);
-        let found = kind
+        match kind
             .tenant
-            .get(&ObjectRef::new_with(name, kind.ar.clone()).within(namespace))?;
-        Some(self.view(index, &to_value(&found)))
+            .get(&ObjectRef::new_with(name, kind.ar.clone()).within(namespace))
+        {
+            Some(found) => Some(self.view(index, &to_value(&found))),
+            // Deleted by this syncer to be created again with its host Service's cluster IPs
+            // (docs/syncer.md, "Status back up"): it is about to be back, at that address.
+            None => {
+                let key = Key {
+                    kind: index,
+                    namespace: namespace.to_string(),
+                    name: name.to_string(),
+                };
+                self.caches.recreated_from(&key).map(|_| TenantService {
+                    name: name.to_string(),
+                    address: HostAddress::Awaited,
+                    ports: Vec::new(),
+                })
+            }
+        }
     }
 
     fn services_in(&self, namespace: &str) -> Vec<TenantService> {
