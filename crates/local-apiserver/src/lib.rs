@@ -14,6 +14,20 @@
 //! semantics test suite in `tests/` runs the same assertions against this
 //! server and, with `TENANTPLANE_E2E_KUBECONFIG` set, against a real cluster.
 //!
+//! Its modules are layers, each using only the layers before it (`tests/layers.rs` checks
+//! that no module reaches up, and that no modules import each other in a circle):
+//!
+//! ```text
+//!  this file (LocalApiServer), process (the binary's main)
+//!   └─ http       routing, params, watch, discovery, OpenAPI, protobuf, reviews, scale
+//!       └─ admission   the write policy: validation, defaults, ServiceAccount, Pod Security,
+//!           │          ValidatingAdmissionPolicy; service account tokens
+//!           └─ crd     CustomResourceDefinition validation, structural schemas
+//!               └─ cel      type checking and cost of CEL rules
+//!                   └─ storage  resource table, object store, names, selectors, patches,
+//!                               server-side apply, Events' and Secrets' stored forms, errors
+//! ```
+//!
 //! ```no_run
 //! # async fn demo() -> anyhow::Result<()> {
 //! use tenantplane_local_apiserver::LocalApiServer;
@@ -27,31 +41,11 @@
 //! ```
 
 mod admission;
-mod aggregation;
-mod apply;
-mod authentication;
-mod cel_check;
-mod cel_cost;
-mod crd_structural;
-mod crd_validation;
-mod defaults;
-mod error;
-mod events;
+mod cel;
+mod crd;
 mod http;
-mod names;
-mod openapi;
-mod patch;
-mod pod_security;
-mod pods;
-mod protobuf;
-mod requests;
-mod resources;
-mod reviews;
-mod sa_admission;
-mod scale;
-mod selectors;
-mod store;
-mod tokens;
+pub mod process;
+mod storage;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -62,12 +56,17 @@ use anyhow::Context as _;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-pub use authentication::ADMIN;
-pub use error::ApiError;
-pub use requests::RecordedRequest;
-pub use tokens::ISSUER;
+pub use admission::tokens::ISSUER;
+pub use http::authentication::ADMIN;
+pub use http::requests::RecordedRequest;
+pub use storage::error::ApiError;
 
-use crate::store::Store;
+use crate::admission::chain::Chain;
+use crate::admission::tokens::Issuer;
+use crate::http::openapi::OpenApiCache;
+use crate::http::requests::RequestLog;
+use crate::http::router::{AppState, router};
+use crate::storage::store::Store;
 
 /// Default number of changes kept for watch resume; older resourceVersions
 /// answer 410 Gone.
@@ -108,7 +107,7 @@ impl LocalApiServerBuilder {
 
     /// Binds the port, loads persisted state and starts serving.
     pub async fn start(self) -> anyhow::Result<LocalApiServer> {
-        let store = Arc::new(Store::new(self.watch_history));
+        let store = Arc::new(Store::new(self.watch_history, Arc::new(Chain)));
         if let Some(path) = &self.persist_to
             && path.exists()
         {
@@ -126,13 +125,14 @@ impl LocalApiServerBuilder {
             .with_context(|| format!("binding 127.0.0.1:{}", self.port))?;
         let addr = listener.local_addr()?;
         let (shutdown_tx, shutdown_rx) = watch::channel(false);
-        let requests = Arc::new(requests::RequestLog::default());
-        let tokens = Arc::new(tokens::Issuer::new()?);
-        let app = http::router(http::AppState {
+        let requests = Arc::new(RequestLog::default());
+        let tokens = Arc::new(Issuer::new()?);
+        let app = router(AppState {
             store: store.clone(),
             shutdown: shutdown_rx.clone(),
             requests: requests.clone(),
             tokens: tokens.clone(),
+            openapi: Arc::new(OpenApiCache::default()),
         });
         let mut serve_shutdown = shutdown_rx.clone();
         let serve = tokio::spawn(async move {
@@ -195,8 +195,8 @@ fn write_snapshot(store: &Store, path: &Path) -> anyhow::Result<()> {
 #[derive(Debug)]
 pub struct LocalApiServer {
     addr: SocketAddr,
-    requests: Arc<requests::RequestLog>,
-    tokens: Arc<tokens::Issuer>,
+    requests: Arc<RequestLog>,
+    tokens: Arc<Issuer>,
     shutdown: watch::Sender<bool>,
     serve: JoinHandle<anyhow::Result<()>>,
     persist: Option<JoinHandle<anyhow::Result<()>>>,
@@ -263,14 +263,19 @@ impl LocalApiServer {
         )
     }
 
-    /// Writes [`kubeconfig`](Self::kubeconfig) to a file.
+    /// Writes [`kubeconfig`](Self::kubeconfig) to a file, atomically (a temporary file, then
+    /// a rename): whoever waits for the file reads it whole.
     pub fn write_kubeconfig(
         &self,
         path: impl AsRef<Path>,
         context_name: &str,
     ) -> anyhow::Result<()> {
         let path = path.as_ref();
-        std::fs::write(path, self.kubeconfig(context_name))
+        let mut temporary = path.as_os_str().to_owned();
+        temporary.push(".tmp");
+        std::fs::write(&temporary, self.kubeconfig(context_name))
+            .with_context(|| format!("writing kubeconfig {}", path.display()))?;
+        std::fs::rename(&temporary, path)
             .with_context(|| format!("writing kubeconfig {}", path.display()))
     }
 
