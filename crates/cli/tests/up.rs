@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, ServiceAccount};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, ServiceAccount};
 use kube::Api;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader, Lines};
@@ -17,8 +17,15 @@ use tokio::sync::mpsc;
 /// A guard against a hung run, not a performance assertion.
 const CONVERGE: Duration = Duration::from_secs(120);
 
+/// `tenantplane`, with the local API server binary cargo built for these tests (`up` would
+/// otherwise build it with cargo first, as cargo started it).
 fn tenantplane() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_tenantplane"))
+    let mut command = Command::new(env!("CARGO_BIN_EXE_tenantplane"));
+    command.env(
+        "TENANTPLANE_LOCAL_APISERVER",
+        env!("CARGO_BIN_EXE_tenantplane-local-apiserver"),
+    );
+    command
 }
 
 fn examples() -> PathBuf {
@@ -252,6 +259,19 @@ fn signal(pid: i32, signal: nix::sys::signal::Signal) {
 
 /// The pid of the child of `parent` that runs `tenantplane service NAME`, from /proc.
 fn service_pid(parent: u32, name: &str) -> Option<i32> {
+    child_where(parent, |args| {
+        args.windows(2)
+            .any(|w| w[0] == b"service" && w[1] == name.as_bytes())
+    })
+}
+
+/// The pid of the child of `parent` one of whose arguments is `arg`.
+fn child_pid(parent: u32, arg: &str) -> Option<i32> {
+    child_where(parent, |args| args.contains(&arg.as_bytes()))
+}
+
+/// The pid of the child of `parent` whose arguments `runs_it`, from /proc.
+fn child_where(parent: u32, runs_it: impl Fn(&[&[u8]]) -> bool) -> Option<i32> {
     std::fs::read_dir("/proc").ok()?.find_map(|entry| {
         let pid: i32 = entry.ok()?.file_name().to_str()?.parse().ok()?;
         let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
@@ -265,10 +285,7 @@ fn service_pid(parent: u32, name: &str) -> Option<i32> {
             .ok()?;
         let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
         let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
-        let runs_it = args
-            .windows(2)
-            .any(|w| w[0] == b"service" && w[1] == name.as_bytes());
-        (ppid == parent && runs_it).then_some(pid)
+        (ppid == parent && runs_it(&args)).then_some(pid)
     })
 }
 
@@ -393,6 +410,34 @@ async fn up_restarts_each_service_killed_and_sync_goes_on() {
             .await
             .unwrap_or_else(|_| panic!("the {service} service did not come back"));
     }
+
+    // The local API servers are processes of their own, restarted as the services are, on their
+    // data.
+    let killed =
+        child_pid(up_pid, &format!("--port={}", base + 31)).expect("up runs the host API server");
+    signal(killed, nix::sys::signal::Signal::SIGKILL);
+    wait_for_stderr(
+        &mut stderr,
+        &[
+            "the host API server exited (signal: 9",
+            "restarting it (restart 1) in",
+        ],
+    )
+    .await;
+    let namespaces = async {
+        loop {
+            let host = client(&data.path().join("host.kubeconfig")).await;
+            let namespace = Api::<Namespace>::all(host).get_opt("tenant-acme").await;
+            if let Ok(Some(namespace)) = namespace {
+                return namespace;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    };
+    tokio::time::timeout(CONVERGE, namespaces)
+        .await
+        .expect("the host API server came back with its objects");
+    assert!(child_pid(up_pid, &format!("--port={}", base + 31)).is_some_and(|pid| pid != killed));
 
     stop(&mut up, base).await;
 }

@@ -3,17 +3,20 @@
 //! Starts the planner, the isolation compiler and the syncer as separate processes (this
 //! executable's hidden `service` subcommand) talking gRPC on loopback; uses the clusters of the
 //! user's kubeconfigs when given, and otherwise starts a local API server for the host and one
-//! for a demo tenant (test and demo infrastructure, persisted in the data directory). Applies the
-//! CRDs and the examples, then prints every decision as the syncer records it, until Ctrl-C or
-//! SIGTERM stops everything. A service that exits is restarted ([`supervise`]); the decisions
-//! printed resume after the last one shown when the syncer comes back.
+//! for a demo tenant (test and demo infrastructure, persisted in the data directory), each a
+//! process of the `tenantplane-local-apiserver` binary ([`local_apiserver`]): this executable
+//! does not link the local API server. Applies the CRDs and the examples, then prints every
+//! decision as the syncer records it, until Ctrl-C or SIGTERM stops everything. A process that
+//! exits is restarted ([`supervise`]); the decisions printed resume after the last one shown
+//! when the syncer comes back.
 //!
 //! ```text
-//!  tenantplane up ──spawn──▶ service planner             127.0.0.1:BASE+1  (admin +2)
+//!  tenantplane up ──spawn──▶ tenantplane-local-apiserver  127.0.0.1:BASE+31 (host)    ┐ unless
+//!        │        ──spawn──▶ tenantplane-local-apiserver  127.0.0.1:BASE+32 (tenant)  ┘ kubeconfigs
+//!        │        ──spawn──▶ service planner             127.0.0.1:BASE+1  (admin +2)
 //!        │        ──spawn──▶ service isolation-compiler  127.0.0.1:BASE+11 (admin +12)
 //!        │        ──spawn──▶ service syncer              127.0.0.1:BASE+21 (admin +22)
 //!        │                      │ DecisionLog gRPC, decision log DATA/decisions.db
-//!        ├── local API servers: host BASE+31, tenant BASE+32 (unless kubeconfigs are given)
 //!        └── Watch(DecisionLog) ──▶ one line per decision on stdout
 //! ```
 //!
@@ -36,15 +39,15 @@ use kube::core::GroupVersionKind;
 use serde_json::{Value, json};
 use tenantplane_api::tenant::Tenant;
 use tenantplane_core::documents::Origin;
-use tenantplane_local_apiserver::LocalApiServer;
 use tenantplane_proto::decisions::v1 as pb;
 use tenantplane_proto::decisions::v1::decision_log_client::DecisionLogClient;
 
 use super::decisions::{Format, Printer};
 use crate::host_cluster;
-use supervise::{ServiceSpec, Supervisor};
+use supervise::{ProcessSpec, Ready, Supervisor};
 use tenantplane_decision_log::grpc::entry_from_proto;
 
+mod local_apiserver;
 mod supervise;
 
 /// The field manager of what `up` applies.
@@ -80,6 +83,10 @@ pub struct Args {
     /// +31 and +32).
     #[arg(long, default_value_t = 7400, value_parser = clap::value_parser!(u16).range(1..=65000))]
     base_port: u16,
+    /// The local API server binary (default: tenantplane-local-apiserver beside this
+    /// executable, built first when cargo started `up`).
+    #[arg(long, env = "TENANTPLANE_LOCAL_APISERVER")]
+    local_apiserver: Option<PathBuf>,
 }
 
 /// Runs `tenantplane up` until Ctrl-C or SIGTERM.
@@ -111,11 +118,29 @@ async fn run_async(args: &Args) -> anyhow::Result<ExitCode> {
     let ports = Ports {
         base: args.base_port,
     };
+    let mut processes = Supervisor::new();
+    // A signal while starting stops what started, as one later does.
+    let outcome = tokio::select! {
+        outcome = start_and_supervise(args, &ports, &data, &mut processes) => outcome,
+        () = shutdown_signal() => Ok(ExitCode::SUCCESS),
+    };
+    processes.stop().await;
+    eprintln!("tenantplane up: stopped");
+    outcome
+}
 
+/// Starts the clusters (unless given) and the services as processes of `processes`, then
+/// [`supervise`]s them.
+async fn start_and_supervise(
+    args: &Args,
+    ports: &Ports,
+    data: &Path,
+    processes: &mut Supervisor,
+) -> anyhow::Result<ExitCode> {
     // The clusters: the user's, or local API servers persisted in the data directory.
-    let mut local_servers = Vec::new();
     let host_kubeconfig = data.join("host.kubeconfig");
     let tenant_kubeconfig = data.join("tenant.kubeconfig");
+    let mut local = Vec::new();
     for (given, context, port, path, name) in [
         (
             &args.host_kubeconfig,
@@ -134,17 +159,24 @@ async fn run_async(args: &Args) -> anyhow::Result<ExitCode> {
     ] {
         match given {
             Some(file) => write_context(file, context.as_deref(), path)?,
-            None => {
-                let server = LocalApiServer::builder()
-                    .port(ports.base + port)
-                    .persist_to(data.join(format!("{name}-cluster.json")))
-                    .start()
-                    .await
-                    .with_context(|| format!("starting the local {name} API server"))?;
-                server.write_kubeconfig(path, &format!("tenantplane-up-{name}"))?;
-                local_servers.push(server);
-            }
+            None => local.push((name, ports.base + port, path.clone())),
         }
+    }
+    if !local.is_empty() {
+        let exe = local_apiserver::binary(args.local_apiserver.as_deref()).await?;
+        // Written anew by each server once it listens: up waits for them.
+        for (_, _, kubeconfig) in &local {
+            remove_if_present(kubeconfig)?;
+        }
+        processes.start(
+            local
+                .into_iter()
+                .map(|(name, port, kubeconfig)| {
+                    local_apiserver::spec(&exe, name, port, kubeconfig, data)
+                })
+                .collect(),
+        );
+        processes.ready().await?;
     }
     let host = host_cluster::client(Some(&host_kubeconfig), None).await?;
     let tenant = host_cluster::client(Some(&tenant_kubeconfig), None).await?;
@@ -169,14 +201,21 @@ async fn run_async(args: &Args) -> anyhow::Result<ExitCode> {
     let log_url = format!("sqlite:{}", data.join("decisions.db").display());
     let head = log_head(&log_url).await?;
     let exe = std::env::current_exe().context("finding this executable")?;
-    let service = |name, admin, flags: Vec<String>| ServiceSpec {
-        name,
+    let service = |name: &str, admin, flags: Vec<String>| ProcessSpec {
+        name: format!("{name} service"),
         exe: exe.clone(),
-        flags,
-        admin: ports.addr(admin),
+        args: ["service".to_string(), name.to_string()]
+            .into_iter()
+            .chain(flags)
+            .collect(),
+        ready: Ready {
+            addr: ports.addr(admin),
+            path: "/ready",
+            file: None,
+        },
         log: data.join("logs").join(format!("{name}.log")),
     };
-    let mut services = Supervisor::start(vec![
+    processes.start(vec![
         service(
             "planner",
             2,
@@ -210,28 +249,21 @@ async fn run_async(args: &Args) -> anyhow::Result<ExitCode> {
             ],
         ),
     ]);
-    let outcome = supervise(args, &ports, &data, &host, &tenant, &mut services, head).await;
-
-    services.stop().await;
-    for server in local_servers {
-        server.shutdown().await?;
-    }
-    eprintln!("tenantplane up: stopped");
-    outcome
+    supervise(args, ports, data, &host, &tenant, processes, head).await
 }
 
-/// Waits for the services, applies the demo, and prints decisions until a signal or a service
-/// is given up.
+/// Waits for the services, applies the demo, and prints decisions until a process is given up
+/// (or `up` is stopped: [`run_async`]).
 async fn supervise(
     args: &Args,
     ports: &Ports,
     data: &Path,
     host: &kube::Client,
     tenant: &kube::Client,
-    services: &mut Supervisor,
+    processes: &mut Supervisor,
     head: u64,
 ) -> anyhow::Result<ExitCode> {
-    services.ready().await?;
+    processes.ready().await?;
     if !args.no_demo {
         apply_examples(&args.examples, host, tenant, data).await?;
     }
@@ -239,8 +271,7 @@ async fn supervise(
     let syncer = format!("http://{}", ports.addr(21));
     tokio::select! {
         followed = follow_decisions(&syncer, head) => followed.map(|never| match never {}),
-        e = services.given_up() => Err(e),
-        () = shutdown_signal() => Ok(ExitCode::SUCCESS),
+        e = processes.given_up() => Err(e),
     }
 }
 
@@ -298,6 +329,15 @@ async fn shutdown_signal() {
     tokio::select! {
         _ = tokio::signal::ctrl_c() => {}
         Some(()) = async { terminate.as_mut()?.recv().await } => {}
+    }
+}
+
+fn remove_if_present(path: &Path) -> anyhow::Result<()> {
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            Err(e).with_context(|| format!("removing {}", path.display()))
+        }
+        _ => Ok(()),
     }
 }
 

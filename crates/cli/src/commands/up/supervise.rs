@@ -1,5 +1,6 @@
-//! Keeping `up`'s services running: each is a process of this executable, restarted with the
-//! same flags when it exits unexpectedly.
+//! Keeping `up`'s processes running (the services, processes of this executable, and the local
+//! API servers, processes of `tenantplane-local-apiserver`): each is restarted with the same
+//! arguments when it exits unexpectedly.
 //!
 //! ```text
 //!  start ──ready (GET /ready 200)──▶ running ──exits──▶ "restarting it (restart N) in D" ─┐
@@ -7,10 +8,11 @@
 //!    └──────────────────────────────── after D (1 s, doubling up to 30 s) ◀───────────────┘
 //! ```
 //!
-//! The delay D doubles with each restart and starts again from 1 s once a service has run for a
-//! minute; [`MAX_FAILED_STARTS`] failed starts in a row and the service is given up, which stops
-//! `up` with the last lines of the service's log. Stopping is SIGTERM, then SIGKILL after a
-//! grace period.
+//! The delay D doubles with each restart and starts again from 1 s once a process has run for a
+//! minute; [`MAX_FAILED_STARTS`] failed starts in a row and the process is given up, which stops
+//! `up` with the last lines of its log. Stopping is SIGTERM, then SIGKILL after a grace period;
+//! once `up` is stopping, a process that exits (Ctrl-C reaches every process of the terminal)
+//! is not restarted.
 
 use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
@@ -26,17 +28,17 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-/// How long a service gets to become ready after each start.
+/// How long a process gets to become ready after each start.
 const READY_TIMEOUT: Duration = Duration::from_secs(60);
-/// How long each service gets to stop after SIGTERM before it is killed.
+/// How long each process gets to stop after SIGTERM before it is killed.
 const STOP_GRACE: Duration = Duration::from_secs(15);
-/// Starts in a row that end before the service is ready, after which `up` gives it up.
+/// Starts in a row that end before the process is ready, after which `up` gives it up.
 const MAX_FAILED_STARTS: u32 = 3;
-/// How long an exited service waits for `up`'s own stop before it counts as a crash: Ctrl-C in a
-/// terminal signals the whole process group, so the services may exit just before `up` stops
-/// them.
+/// How long an exited process waits for `up`'s own stop before it counts as a crash: Ctrl-C in a
+/// terminal signals the whole process group, so the processes may exit just before `up` starts
+/// stopping.
 const STOPPING_TOGETHER: Duration = Duration::from_millis(500);
-/// How long a service must have run, ready, for its restart delay to start again from the first.
+/// How long a process must have run, ready, for its restart delay to start again from the first.
 const HEALTHY_RUN: Duration = Duration::from_secs(60);
 /// The restart delays: 1 s, doubling up to 30 s.
 const RESTART_DELAYS: ExponentialBuilder = ExponentialBuilder::new()
@@ -44,27 +46,39 @@ const RESTART_DELAYS: ExponentialBuilder = ExponentialBuilder::new()
     .with_max_delay(Duration::from_secs(30))
     .without_max_times();
 
-/// How to start one service: the `service NAME FLAGS...` subcommand of `exe`, its output
-/// appended to `log`, ready when `GET http://ADMIN/ready` answers 200.
+/// How to start one process: `exe ARGS...`, its output appended to `log`.
 #[derive(Debug, Clone)]
-pub(super) struct ServiceSpec {
-    pub name: &'static str,
+pub(super) struct ProcessSpec {
+    /// What `up`'s messages call it: `planner service`, `host API server`.
+    pub name: String,
     pub exe: PathBuf,
-    pub flags: Vec<String>,
-    pub admin: String,
+    pub args: Vec<String>,
+    pub ready: Ready,
     pub log: PathBuf,
 }
 
-/// The services `up` keeps running.
+/// When a started process is ready: `GET http://ADDR/PATH` answers 200 and, when given, `file`
+/// exists.
+#[derive(Debug, Clone)]
+pub(super) struct Ready {
+    pub addr: String,
+    pub path: &'static str,
+    pub file: Option<PathBuf>,
+}
+
+/// The processes `up` keeps running.
 #[derive(Debug)]
 pub(super) struct Supervisor {
     /// In start order.
-    services: Vec<Supervised>,
-    /// The error of a service given up.
-    given_up: mpsc::Receiver<anyhow::Error>,
+    processes: Vec<Supervised>,
+    /// Where a keeper task sends the error of a process it gave up.
+    gave_up: mpsc::UnboundedSender<anyhow::Error>,
+    given_up: mpsc::UnboundedReceiver<anyhow::Error>,
+    /// True once `up` is stopping: an exit is then part of it, not a crash.
+    stopping: watch::Sender<bool>,
 }
 
-/// One service's keeper task.
+/// One process's keeper task.
 #[derive(Debug)]
 struct Supervised {
     stop: oneshot::Sender<()>,
@@ -74,33 +88,45 @@ struct Supervised {
 }
 
 impl Supervisor {
-    /// Starts every service, in order, each kept running by a task of its own.
-    pub(super) fn start(specs: Vec<ServiceSpec>) -> Supervisor {
-        let (gave_up, given_up) = mpsc::channel(specs.len().max(1));
-        let services = specs
-            .into_iter()
-            .map(|spec| {
-                let (stop, stopped) = oneshot::channel();
-                let (ready_tx, ready) = watch::channel(false);
-                let gave_up = gave_up.clone();
-                let task = tokio::spawn(async move {
-                    if let Err(e) = keep_running(&spec, stopped, ready_tx).await {
-                        let _ = gave_up.send(e).await;
-                    }
-                });
-                Supervised { stop, ready, task }
-            })
-            .collect();
-        Supervisor { services, given_up }
+    /// Supervises nothing yet.
+    pub(super) fn new() -> Supervisor {
+        let (gave_up, given_up) = mpsc::unbounded_channel();
+        Supervisor {
+            processes: Vec::new(),
+            gave_up,
+            given_up,
+            stopping: watch::channel(false).0,
+        }
     }
 
-    /// Resolves once every service has been ready, or with the error of a service given up.
+    /// Starts processes, in order, each kept running by a task of its own.
+    pub(super) fn start(&mut self, specs: Vec<ProcessSpec>) {
+        for spec in specs {
+            let (stop, stopped) = oneshot::channel();
+            let (ready_tx, ready) = watch::channel(false);
+            let gave_up = self.gave_up.clone();
+            let stopping = self.stopping.subscribe();
+            let task = tokio::spawn(async move {
+                if let Err(e) = keep_running(&spec, stopped, stopping, ready_tx).await {
+                    let _ = gave_up.send(e);
+                }
+            });
+            self.processes.push(Supervised { stop, ready, task });
+        }
+    }
+
+    /// Resolves once every process started has been ready, or with the error of a process
+    /// given up.
     pub(super) async fn ready(&mut self) -> anyhow::Result<()> {
-        let Supervisor { services, given_up } = self;
+        let Supervisor {
+            processes,
+            given_up,
+            ..
+        } = self;
         let all_ready = async {
-            for service in services {
+            for process in processes {
                 // An error: its task ended, which `given_up` reports.
-                if service.ready.wait_for(|ready| *ready).await.is_err() {
+                if process.ready.wait_for(|ready| *ready).await.is_err() {
                     std::future::pending::<()>().await;
                 }
             }
@@ -111,28 +137,35 @@ impl Supervisor {
         }
     }
 
-    /// Resolves with the error of the first service given up.
+    /// Resolves with the error of the first process given up.
     pub(super) async fn given_up(&mut self) -> anyhow::Error {
         first_given_up(&mut self.given_up).await
     }
 
-    /// Stops the services in reverse order (the syncer first, so that nothing is planned without
-    /// a planner), each within its grace period.
+    /// Stops the processes in reverse order (the syncer first, so that nothing is planned
+    /// without a planner; the clusters last), each within its grace period.
     pub(super) async fn stop(self) {
-        for service in self.services.into_iter().rev() {
-            let _ = service.stop.send(());
-            let _ = service.task.await;
+        self.stopping.send_replace(true);
+        for process in self.processes.into_iter().rev() {
+            let _ = process.stop.send(());
+            let _ = process.task.await;
         }
     }
 }
 
-/// The first error of a service given up; pending while none is.
-async fn first_given_up(given_up: &mut mpsc::Receiver<anyhow::Error>) -> anyhow::Error {
+/// The first error of a process given up; pending while none is.
+async fn first_given_up(given_up: &mut mpsc::UnboundedReceiver<anyhow::Error>) -> anyhow::Error {
     match given_up.recv().await {
         Some(e) => e,
-        // Every keeper task ended without giving up: only stopping does that.
+        // The supervisor holds a sender: never.
         None => std::future::pending().await,
     }
+}
+
+/// Resolves once `up` is stopping.
+async fn stopping(stopping: &mut watch::Receiver<bool>) {
+    // An error: the supervisor is gone, which only stopping does.
+    let _ = stopping.wait_for(|stopping| *stopping).await;
 }
 
 /// How one run of a service ended.
@@ -147,11 +180,12 @@ enum RunEnd {
     },
 }
 
-/// Runs `spec` until `stop`, restarting it with backoff; an error once it failed to start
-/// [`MAX_FAILED_STARTS`] times in a row.
+/// Runs `spec` until `stop`, restarting it with backoff unless `up` is stopping; an error once it
+/// failed to start [`MAX_FAILED_STARTS`] times in a row.
 async fn keep_running(
-    spec: &ServiceSpec,
+    spec: &ProcessSpec,
     mut stop: oneshot::Receiver<()>,
+    mut up_stopping: watch::Receiver<bool>,
     ready: watch::Sender<bool>,
 ) -> anyhow::Result<()> {
     let mut delays = RESTART_DELAYS.build();
@@ -164,6 +198,7 @@ async fn keep_running(
         };
         tokio::select! {
             _ = &mut stop => return Ok(()),
+            () = stopping(&mut up_stopping) => return Ok(()),
             () = tokio::time::sleep(STOPPING_TOGETHER) => {}
         }
         let before_ready = match ready_for {
@@ -178,8 +213,8 @@ async fn keep_running(
                 failed_starts += 1;
                 if failed_starts >= MAX_FAILED_STARTS {
                     anyhow::bail!(
-                        "the {} service {what} before it was ready, {failed_starts} starts in a \
-                         row; last lines of {}:\n{}",
+                        "the {} {what} before it was ready, {failed_starts} starts in a row; last \
+                         lines of {}:\n{}",
                         spec.name,
                         spec.log.display(),
                         log_tail(&spec.log)
@@ -191,13 +226,14 @@ async fn keep_running(
         restarts += 1;
         let delay = next_delay(&mut delays);
         eprintln!(
-            "tenantplane up: the {} service {what}{before_ready}; restarting it (restart \
-             {restarts}) in {delay:?}",
+            "tenantplane up: the {} {what}{before_ready}; restarting it (restart {restarts}) in \
+             {delay:?}",
             spec.name
         );
         tokio::select! {
             () = tokio::time::sleep(delay) => {}
             _ = &mut stop => return Ok(()),
+            () = stopping(&mut up_stopping) => return Ok(()),
         }
     }
 }
@@ -209,30 +245,35 @@ fn next_delay(delays: &mut ExponentialBackoff) -> Duration {
         .expect("the restart delays have no limit on their number")
 }
 
-/// Starts the service once and waits until it ends or `stop` says to stop it.
+/// Starts the process once and waits until it ends or `stop` says to stop it.
 async fn run_once(
-    spec: &ServiceSpec,
+    spec: &ProcessSpec,
     stop: &mut oneshot::Receiver<()>,
     ready: &watch::Sender<bool>,
 ) -> anyhow::Result<RunEnd> {
     let mut child = spawn(spec)?;
     let started = tokio::select! {
-        became_ready = wait_ready(&spec.admin) => became_ready,
+        became_ready = wait_ready(&spec.ready) => became_ready,
         status = child.wait() => {
             return Ok(RunEnd::Ended { what: exited(status), ready_for: None });
         }
         _ = &mut *stop => {
-            stop_child(spec.name, &mut child).await;
+            stop_child(&spec.name, &mut child).await;
             return Ok(RunEnd::Stopped);
         }
     };
     if !started {
-        stop_child(spec.name, &mut child).await;
+        stop_child(&spec.name, &mut child).await;
         return Ok(RunEnd::Ended {
             what: format!(
-                "was not ready within {}s (GET http://{}/ready)",
+                "was not ready within {}s (GET http://{}{}{})",
                 READY_TIMEOUT.as_secs(),
-                spec.admin
+                spec.ready.addr,
+                spec.ready.path,
+                match &spec.ready.file {
+                    Some(file) => format!(", {}", file.display()),
+                    None => String::new(),
+                }
             ),
             ready_for: None,
         });
@@ -245,7 +286,7 @@ async fn run_once(
             ready_for: Some(ready_at.elapsed()),
         }),
         _ = &mut *stop => {
-            stop_child(spec.name, &mut child).await;
+            stop_child(&spec.name, &mut child).await;
             Ok(RunEnd::Stopped)
         }
     }
@@ -259,23 +300,21 @@ fn exited(status: std::io::Result<ExitStatus>) -> String {
     }
 }
 
-/// Starts the service process, its stdout and stderr appended to its log.
-fn spawn(spec: &ServiceSpec) -> anyhow::Result<Child> {
+/// Starts the process, its stdout and stderr appended to its log.
+fn spawn(spec: &ProcessSpec) -> anyhow::Result<Child> {
     let file = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .open(&spec.log)
         .with_context(|| format!("opening {}", spec.log.display()))?;
     Command::new(&spec.exe)
-        .arg("service")
-        .arg(spec.name)
-        .args(&spec.flags)
+        .args(&spec.args)
         .stdin(Stdio::null())
         .stdout(file.try_clone()?)
         .stderr(file)
         .kill_on_drop(true)
         .spawn()
-        .with_context(|| format!("starting the {} service", spec.name))
+        .with_context(|| format!("starting the {} ({})", spec.name, spec.exe.display()))
 }
 
 /// SIGTERM, then SIGKILL after the grace period.
@@ -288,14 +327,14 @@ async fn stop_child(name: &str, child: &mut Child) {
         .is_err()
     {
         eprintln!(
-            "tenantplane up: {name} did not stop within {}s; killing it",
+            "tenantplane up: the {name} did not stop within {}s; killing it",
             STOP_GRACE.as_secs()
         );
         let _ = child.kill().await;
     }
 }
 
-/// The last lines of a service's log.
+/// The last lines of a process's log.
 fn log_tail(log: &Path) -> String {
     std::fs::read_to_string(log)
         .map(|text| {
@@ -305,12 +344,13 @@ fn log_tail(log: &Path) -> String {
         .unwrap_or_default()
 }
 
-/// Polls `GET /ready` on a service's admin port until it answers 200 (true) or
-/// [`READY_TIMEOUT`] passes (false).
-async fn wait_ready(admin: &str) -> bool {
+/// Polls until the process is `ready` (true) or [`READY_TIMEOUT`] passes (false).
+async fn wait_ready(ready: &Ready) -> bool {
     let deadline = Instant::now() + READY_TIMEOUT;
     while Instant::now() < deadline {
-        if http_status(admin, "/ready").await == Some(200) {
+        if ready.file.as_ref().is_none_or(|file| file.exists())
+            && http_status(&ready.addr, ready.path).await == Some(200)
+        {
             return true;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;

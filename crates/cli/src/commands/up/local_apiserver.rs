@@ -1,0 +1,111 @@
+//! The demo's clusters: local API servers (test and demo infrastructure,
+//! `crates/local-apiserver`), each a process of the `tenantplane-local-apiserver` binary, which
+//! `up` supervises as it does the services.
+//!
+//! That binary is the second binary of this package, so that building `tenantplane` with cargo
+//! (`cargo build -p tenantplane-cli`, `cargo install`) builds it too and `up` finds it beside its
+//! own executable, while `tenantplane` itself does not link the local API server. `cargo run`
+//! builds only the binary it runs: when cargo started `up`, `up` builds the server first, with
+//! the same cargo, profile and target directory (a moment when it is up to date).
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, bail};
+
+use super::supervise::{ProcessSpec, Ready};
+
+/// The binary's name, as cargo builds it.
+const BINARY: &str = "tenantplane-local-apiserver";
+
+/// The local API server binary: `given`, or [`BINARY`] beside this executable (built first when
+/// cargo started `up`).
+pub(super) async fn binary(given: Option<&Path>) -> anyhow::Result<PathBuf> {
+    if let Some(given) = given {
+        return Ok(given.to_path_buf());
+    }
+    let exe = std::env::current_exe().context("finding this executable")?;
+    let beside = exe.with_file_name(format!("{BINARY}{}", std::env::consts::EXE_SUFFIX));
+    if let (Some(cargo), Some(manifest_dir)) = (
+        std::env::var_os("CARGO"),
+        std::env::var_os("CARGO_MANIFEST_DIR"),
+    ) {
+        build(&cargo, Path::new(&manifest_dir), &exe).await?;
+    }
+    if !beside.exists() {
+        bail!(
+            "no {BINARY} beside {} for the local clusters: build it with `cargo build -p \
+             tenantplane-cli`, or give --local-apiserver, or --host-kubeconfig and \
+             --tenant-kubeconfig",
+            exe.display()
+        );
+    }
+    Ok(beside)
+}
+
+/// `cargo build --bin tenantplane-local-apiserver` into the directory of `exe` (its profile's
+/// directory of its target directory).
+async fn build(cargo: &std::ffi::OsStr, manifest_dir: &Path, exe: &Path) -> anyhow::Result<()> {
+    let out = exe.parent().context("this executable has no directory")?;
+    let profile = match out.file_name().and_then(|name| name.to_str()) {
+        // The `dev` profile builds into `debug`; every other profile into its own name.
+        Some("debug") => "dev",
+        Some(name) => name,
+        None => bail!("{} is not in a cargo profile directory", exe.display()),
+    };
+    let target_dir = out
+        .parent()
+        .context("this executable has no target directory")?;
+    let status = tokio::process::Command::new(cargo)
+        .arg("build")
+        .arg("--quiet")
+        .arg("--manifest-path")
+        .arg(manifest_dir.join("Cargo.toml"))
+        .args([
+            "-p",
+            "tenantplane-cli",
+            "--bin",
+            BINARY,
+            "--profile",
+            profile,
+        ])
+        .arg("--target-dir")
+        .arg(target_dir)
+        .status()
+        .await
+        .with_context(|| format!("running cargo to build {BINARY}"))?;
+    if !status.success() {
+        bail!("cargo could not build {BINARY} ({status})");
+    }
+    Ok(())
+}
+
+/// One local API server: `name` (`host`, `tenant`) on 127.0.0.1:`port`, persisted in `data`
+/// and writing its kubeconfig (context `tenantplane-up-NAME`) to `kubeconfig`, which `up` waits
+/// for.
+pub(super) fn spec(
+    exe: &Path,
+    name: &str,
+    port: u16,
+    kubeconfig: PathBuf,
+    data: &Path,
+) -> ProcessSpec {
+    ProcessSpec {
+        name: format!("{name} API server"),
+        exe: exe.to_path_buf(),
+        args: vec![
+            format!("--port={port}"),
+            format!(
+                "--data={}",
+                data.join(format!("{name}-cluster.json")).display()
+            ),
+            format!("--kubeconfig-out={}", kubeconfig.display()),
+            format!("--context=tenantplane-up-{name}"),
+        ],
+        ready: Ready {
+            addr: format!("127.0.0.1:{port}"),
+            path: "/readyz",
+            file: Some(kubeconfig),
+        },
+        log: data.join("logs").join(format!("{name}-apiserver.log")),
+    }
+}
