@@ -77,7 +77,9 @@ pub async fn service_addresses(
     let services = Api::<k8s_openapi::api::core::v1::Service>::namespaced(client, namespace)
         .list(&ListParams::default())
         .await
-        .with_context(|| format!("listing Services in {namespace} on the host cluster {cluster}"))?;
+        .with_context(|| {
+            format!("listing Services in {namespace} on the host cluster {cluster}")
+        })?;
     Ok(services
         .items
         .into_iter()

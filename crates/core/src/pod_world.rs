@@ -974,16 +974,14 @@ impl PodWorld {
                         let tokens: Vec<String> = self
                             .tokens
                             .iter()
-                            .map(|t| {
-                                match &t.audience {
-                                    Some(a) => {
-                                        format!("{}: audience {a}, {} s", t.key, t.expiration_seconds)
-                                    }
-                                    None => format!(
-                                        "{}: the tenant API server's audience, {} s",
-                                        t.key, t.expiration_seconds
-                                    ),
+                            .map(|t| match &t.audience {
+                                Some(a) => {
+                                    format!("{}: audience {a}, {} s", t.key, t.expiration_seconds)
                                 }
+                                None => format!(
+                                    "{}: the tenant API server's audience, {} s",
+                                    t.key, t.expiration_seconds
+                                ),
                             })
                             .collect();
                         format!(
@@ -1892,7 +1890,10 @@ mod tests {
         assert_eq!(as_admitted(&plain, Some(&quiet)), None);
         let mut wants = plain.clone();
         wants.object["spec"]["automountServiceAccountToken"] = json!(true);
-        assert!(as_admitted(&wants, Some(&quiet)).is_some(), "the pod's own setting wins");
+        assert!(
+            as_admitted(&wants, Some(&quiet)).is_some(),
+            "the pod's own setting wins"
+        );
         assert_eq!(as_admitted(&pod(), None), None, "a pod as stored is kept");
     }
 

@@ -478,7 +478,9 @@ impl Explainer<'_> {
             .pointer("/spec/serviceAccountName")
             .and_then(serde_json::Value::as_str)
             .unwrap_or("default");
-        let account = inputs.accounts.get(&(id.namespace.clone(), account.to_string()));
+        let account = inputs
+            .accounts
+            .get(&(id.namespace.clone(), account.to_string()));
         let admitted = pod_world::as_admitted(object, account);
         let pod = PodWorld::of(
             world,
@@ -1241,7 +1243,10 @@ fn write_pod_worlds(out: &mut impl Write, pods: &[(String, String)]) -> std::io:
     if pods.is_empty() {
         return Ok(());
     }
-    writeln!(out, "\nWHAT EACH POD CREATED ON THE HOST SEES OF ITS TENANT")?;
+    writeln!(
+        out,
+        "\nWHAT EACH POD CREATED ON THE HOST SEES OF ITS TENANT"
+    )?;
     for (subject, world) in pods {
         writeln!(out, "{subject}\n    {world}")?;
     }
