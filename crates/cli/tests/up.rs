@@ -1,7 +1,8 @@
 //! `tenantplane up` as a newcomer runs it: it starts the services and two local clusters,
 //! applies the examples, prints decisions as they happen, and the other commands (`why`,
 //! `decisions`, `audit verify`) work against the running system; a service that crashes is
-//! restarted and sync goes on; SIGTERM stops everything.
+//! restarted and sync goes on, and so is a local API server; SIGTERM stops everything; a missing
+//! local API server binary or a port in use stops `up` with a clear error.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -17,14 +18,14 @@ use tokio::sync::mpsc;
 /// A guard against a hung run, not a performance assertion.
 const CONVERGE: Duration = Duration::from_secs(120);
 
-/// `tenantplane`, with the local API server binary cargo built for these tests (`up` would
-/// otherwise build it with cargo first, as cargo started it).
+/// `tenantplane` as `cargo run` starts it: `up` builds the local API server binary beside it
+/// (the `tenantplane-local-apiserver` package, which this one does not depend on) before running
+/// it.
 fn tenantplane() -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_tenantplane"));
-    command.env(
-        "TENANTPLANE_LOCAL_APISERVER",
-        env!("CARGO_BIN_EXE_tenantplane-local-apiserver"),
-    );
+    command
+        .env("CARGO", env!("CARGO"))
+        .env("CARGO_MANIFEST_DIR", env!("CARGO_MANIFEST_DIR"));
     command
 }
 
@@ -519,4 +520,62 @@ async fn up_stops_when_a_service_fails_three_starts_in_a_row() {
             base + offset
         );
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn up_says_when_the_local_api_server_is_missing_or_its_port_taken() {
+    let data = tempfile::tempdir().unwrap();
+    let base = free_base_port();
+    let up = |command: &mut Command| {
+        command
+            .args(["up", "--no-demo", "--base-port", &base.to_string()])
+            .arg("--data-dir")
+            .arg(data.path())
+            .kill_on_drop(true);
+    };
+
+    // An installed `tenantplane` without the server beside it (not started by cargo).
+    let installed = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let alone = installed.path().join("tenantplane");
+    std::fs::hard_link(env!("CARGO_BIN_EXE_tenantplane"), &alone).unwrap();
+    let mut command = Command::new(&alone);
+    command.env_remove("CARGO").env_remove("CARGO_MANIFEST_DIR");
+    up(&mut command);
+    let (ok, text) = output(&mut command).await;
+    assert!(!ok, "{text}");
+    let expected = format!(
+        "no tenantplane-local-apiserver beside {} to run the local clusters: build it with \
+         `cargo build -p tenantplane-local-apiserver`",
+        alone.display()
+    );
+    assert!(text.contains(&expected), "no {expected:?} in:\n{text}");
+
+    let missing = installed.path().join("nothing-here");
+    let mut command = Command::new(&alone);
+    up(&mut command);
+    command.arg("--local-apiserver").arg(&missing);
+    let (ok, text) = output(&mut command).await;
+    assert!(!ok, "{text}");
+    let expected = format!("no local API server binary at {}", missing.display());
+    assert!(text.contains(&expected), "no {expected:?} in:\n{text}");
+
+    // Someone else holds the host cluster's port: every start of its server fails.
+    let _taken = std::net::TcpListener::bind(("127.0.0.1", base + 31)).unwrap();
+    let mut command = tenantplane();
+    up(&mut command);
+    let out = tokio::time::timeout(CONVERGE, command.output())
+        .await
+        .expect("up stops")
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    for expected in [
+        "the host API server exited (exit status: ",
+        "before it was ready, 3 starts in a row; last lines of",
+        &format!("binding 127.0.0.1:{}", base + 31),
+    ] {
+        assert!(stderr.contains(expected), "no {expected:?} in:\n{stderr}");
+    }
+    // The tenant cluster's server, which did start, was stopped with it.
+    assert!(std::net::TcpStream::connect(("127.0.0.1", base + 32)).is_err());
 }

@@ -2,9 +2,8 @@
 //! server (test and demo infrastructure, not a product component) as a process of its own until
 //! SIGTERM or Ctrl-C, optionally writing a kubeconfig and persisting to a file.
 //!
-//! The binary is built with the `tenantplane` command (a second binary of the
-//! `tenantplane-cli` package, so that `tenantplane up` finds it beside itself and runs the demo's
-//! clusters as processes), while the `tenantplane` binary itself does not link this crate.
+//! `tenantplane up` runs the binary (`src/main.rs`), found beside its own executable, as the
+//! demo's clusters; the `tenantplane` binary does not depend on this crate.
 
 use std::path::PathBuf;
 

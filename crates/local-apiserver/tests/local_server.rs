@@ -1,9 +1,10 @@
 //! Behaviour of the local server itself, which a real cluster has no
-//! counterpart for or cannot be driven into on demand: several instances
-//! side by side, persistence across restarts, and 410 Gone from a
+//! counterpart for or cannot be driven into on demand: the binary, several
+//! instances side by side, persistence across restarts, and 410 Gone from a
 //! deliberately tiny watch history. These always run against local servers.
-//! (The binary, a binary of the tenantplane-cli package: crates/cli/tests/local_apiserver.rs.)
 
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use futures::{StreamExt, TryStreamExt};
@@ -132,6 +133,55 @@ async fn instances_side_by_side_are_independent() {
     assert!(tenant_api.get_opt("only-on-host").await.unwrap().is_none());
     host.shutdown().await.unwrap();
     tenant.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn binary_writes_a_kubeconfig_and_stops_on_sigterm() {
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tenantplane-local-apiserver"))
+        .args(["--port", "0", "--context", "demo", "--kubeconfig-out"])
+        .arg(&kubeconfig)
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("starting the binary");
+    let mut url = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut url)
+        .unwrap();
+    assert!(url.starts_with("http://127.0.0.1:"), "{url}");
+
+    let config = Config::from_custom_kubeconfig(
+        Kubeconfig::read_from(&kubeconfig).unwrap(),
+        &KubeConfigOptions {
+            context: Some("demo".into()),
+            ..KubeConfigOptions::default()
+        },
+    )
+    .await
+    .unwrap();
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> =
+        Api::all(Client::try_from(config).unwrap());
+    let names: Vec<String> = namespaces
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .map(ResourceExt::name_any)
+        .collect();
+    assert!(names.contains(&"default".to_string()), "{names:?}");
+
+    let terminated = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(terminated.success());
+    let status = child.wait().unwrap();
+    assert!(
+        status.success(),
+        "the server exits cleanly on SIGTERM: {status}"
+    );
 }
 
 #[tokio::test]

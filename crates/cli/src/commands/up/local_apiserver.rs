@@ -2,11 +2,12 @@
 //! `crates/local-apiserver`), each a process of the `tenantplane-local-apiserver` binary, which
 //! `up` supervises as it does the services.
 //!
-//! That binary is the second binary of this package, so that building `tenantplane` with cargo
-//! (`cargo build -p tenantplane-cli`, `cargo install`) builds it too and `up` finds it beside its
-//! own executable, while `tenantplane` itself does not link the local API server. `cargo run`
-//! builds only the binary it runs: when cargo started `up`, `up` builds the server first, with
-//! the same cargo, profile and target directory (a moment when it is up to date).
+//! That binary belongs to the `tenantplane-local-apiserver` package, which the `tenantplane`
+//! binary does not depend on: commands other than `up` neither build nor carry the local API
+//! server. `up` looks for it beside its own executable, where cargo puts both (`cargo build`,
+//! `cargo install --path` of each package into the same root). `cargo run` builds only the
+//! package it runs: when cargo started `up`, `up` first builds the server with the same cargo,
+//! profile and target directory (a moment when it is up to date).
 
 use std::path::{Path, PathBuf};
 
@@ -21,6 +22,12 @@ const BINARY: &str = "tenantplane-local-apiserver";
 /// cargo started `up`).
 pub(super) async fn binary(given: Option<&Path>) -> anyhow::Result<PathBuf> {
     if let Some(given) = given {
+        if !given.is_file() {
+            bail!(
+                "no local API server binary at {} (--local-apiserver, TENANTPLANE_LOCAL_APISERVER)",
+                given.display()
+            );
+        }
         return Ok(given.to_path_buf());
     }
     let exe = std::env::current_exe().context("finding this executable")?;
@@ -31,18 +38,18 @@ pub(super) async fn binary(given: Option<&Path>) -> anyhow::Result<PathBuf> {
     ) {
         build(&cargo, Path::new(&manifest_dir), &exe).await?;
     }
-    if !beside.exists() {
+    if !beside.is_file() {
         bail!(
-            "no {BINARY} beside {} for the local clusters: build it with `cargo build -p \
-             tenantplane-cli`, or give --local-apiserver, or --host-kubeconfig and \
-             --tenant-kubeconfig",
+            "no {BINARY} beside {} to run the local clusters: build it with `cargo build -p \
+             {BINARY}` (or `cargo install --path crates/local-apiserver`), or give its path with \
+             --local-apiserver, or give --host-kubeconfig and --tenant-kubeconfig",
             exe.display()
         );
     }
     Ok(beside)
 }
 
-/// `cargo build --bin tenantplane-local-apiserver` into the directory of `exe` (its profile's
+/// `cargo build -p tenantplane-local-apiserver` into the directory of `exe` (its profile's
 /// directory of its target directory).
 async fn build(cargo: &std::ffi::OsStr, manifest_dir: &Path, exe: &Path) -> anyhow::Result<()> {
     let out = exe.parent().context("this executable has no directory")?;
@@ -60,14 +67,7 @@ async fn build(cargo: &std::ffi::OsStr, manifest_dir: &Path, exe: &Path) -> anyh
         .arg("--quiet")
         .arg("--manifest-path")
         .arg(manifest_dir.join("Cargo.toml"))
-        .args([
-            "-p",
-            "tenantplane-cli",
-            "--bin",
-            BINARY,
-            "--profile",
-            profile,
-        ])
+        .args(["-p", BINARY, "--bin", BINARY, "--profile", profile])
         .arg("--target-dir")
         .arg(target_dir)
         .status()
