@@ -49,6 +49,19 @@ pub(super) async fn binary(given: Option<&Path>) -> anyhow::Result<PathBuf> {
     Ok(beside)
 }
 
+/// What cargo sets in the environment of what it runs (`cargo run`, `cargo test`), the package's
+/// own, and what the nested build must not inherit: build scripts that declare some of them
+/// (`rerun-if-env-changed`, as ring's does for `CARGO_PKG_NAME`) would otherwise run again, and
+/// everything above them be compiled again, at each alternation of an outer and a nested build.
+fn set_by_cargo_for_its_package(var: &str) -> bool {
+    var.starts_with("CARGO_PKG_")
+        || var.starts_with("CARGO_MANIFEST_")
+        || matches!(
+            var,
+            "CARGO_CRATE_NAME" | "CARGO_BIN_NAME" | "CARGO_PRIMARY_PACKAGE" | "OUT_DIR"
+        )
+}
+
 /// `cargo build -p tenantplane-local-apiserver` into the directory of `exe` (its profile's
 /// directory of its target directory).
 async fn build(cargo: &std::ffi::OsStr, manifest_dir: &Path, exe: &Path) -> anyhow::Result<()> {
@@ -62,7 +75,14 @@ async fn build(cargo: &std::ffi::OsStr, manifest_dir: &Path, exe: &Path) -> anyh
     let target_dir = out
         .parent()
         .context("this executable has no target directory")?;
-    let status = tokio::process::Command::new(cargo)
+    eprintln!("tenantplane up: building {BINARY} (cargo started up)");
+    let mut command = tokio::process::Command::new(cargo);
+    for (var, _) in std::env::vars_os() {
+        if var.to_str().is_some_and(set_by_cargo_for_its_package) {
+            command.env_remove(var);
+        }
+    }
+    let status = command
         .arg("build")
         .arg("--quiet")
         .arg("--manifest-path")
