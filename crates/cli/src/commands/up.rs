@@ -70,7 +70,7 @@ pub struct Args {
     /// Context of the tenant kubeconfig (default: its current context).
     #[arg(long, requires = "tenant_kubeconfig")]
     tenant_context: Option<String>,
-    /// Where the decision log, kubeconfigs, local cluster state and service logs go.
+    /// Where the decision log, kubeconfigs, local cluster state and the processes' logs go.
     #[arg(long, env = "TENANTPLANE_UP_DIR", default_value = ".tenantplane")]
     data_dir: PathBuf,
     /// The examples to apply (see the command's documentation for the layout).
@@ -584,7 +584,7 @@ fn print_banner(ports: &Ports, data: &Path) {
          \x20 decisions:       tenantplane decisions --server http://{syncer}\n\
          \x20 why:             tenantplane why --host-kubeconfig {d}/host.kubeconfig --server http://{syncer} KIND/NAMESPACE/NAME\n\
          \x20 audit:           KUBECONFIG={d}/host.kubeconfig tenantplane audit verify --db {d}/decisions.db --checkpoints-from-cluster --public-key {d}/checkpoint.pub\n\
-         \x20 service logs:    {d}/logs/\n\
+         \x20 logs:            {d}/logs/\n\
          Decisions as the syncer records them (Ctrl-C stops everything):",
         planner = ports.addr(1),
         isolation = ports.addr(11),
