@@ -128,39 +128,16 @@ pub fn reconcile_present(
     if plan.verdict.action == SyncAction::Sync {
         // Decided again on the live view, the isolation boundary included.
         plan.profile = None;
-        let c = collision::check(
+        plan.decide_at_target(collision::check(
             &tenant.tenant,
             &object.identity,
             &plan.placement,
             meta.as_ref(),
-        );
-        (plan.outcome, plan.action, plan.reason, plan.message) = match &c {
-            Collision::Create => (
-                Outcome::Synced,
-                HostAction::Create,
-                plan.verdict.reason.clone(),
-                plan.verdict.message.clone(),
-            ),
-            Collision::UpdateOwn => (
-                Outcome::Synced,
-                HostAction::Update,
-                plan.verdict.reason.clone(),
-                plan.verdict.message.clone(),
-            ),
-            Collision::Conflict { owner, differs } => (
-                Outcome::Conflict,
-                HostAction::None,
-                differs.reason().to_string(),
-                format!(
-                    "host {} {}/{} belongs to {owner}; refused and left untouched",
-                    plan.placement.kind, plan.placement.namespace, plan.placement.name
-                ),
-            ),
-        };
-        if let Collision::Conflict {
+        ));
+        if let Some(Collision::Conflict {
             differs: ConflictCause::OtherUid,
             owner,
-        } = &c
+        }) = &plan.collision
         {
             // Same tenant, kind, namespace and name, another uid: the host object belongs to an
             // earlier incarnation of this very object, which is gone. It is deleted; the current
@@ -174,7 +151,6 @@ pub fn reconcile_present(
                 plan.placement.kind, plan.placement.namespace, plan.placement.name
             );
         }
-        plan.collision = Some(c);
         if let Some(by) = planner.claimant(object, &plan, live.sharing.iter().copied()) {
             plan.refuse_claimed(&by.identity);
         }
