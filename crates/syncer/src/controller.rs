@@ -15,7 +15,8 @@ use std::time::Duration;
 use anyhow::Context as _;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Namespace, Secret};
-use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::api::{Api, DynamicObject, ListParams, PostParams};
+use kube::core::ApiResource;
 use kube::discovery::{Scope, verbs};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::{self, ObjectRef};
@@ -35,6 +36,7 @@ use crate::record::{DecisionRecorder, TenantLedger, flush_loop};
 use crate::shard::Shard;
 use crate::tenant::{self, Shared, TenantRuntime};
 use crate::tenant_admission;
+use crate::writer::Write;
 
 pub use tenantplane_api::tenant::FINALIZER;
 /// Annotation on a host namespace tenantplane created (and so may delete).
@@ -722,7 +724,15 @@ async fn compile_and_apply(
         }
     };
     let source = isolation::Source::new(tenant, profile)?;
-    match isolation::apply(host, recorder, &source, &compiled, &previous).await {
+    let applied = isolation::apply(
+        host,
+        &ctx.shared.host_writer,
+        recorder,
+        &source,
+        &compiled,
+        &previous,
+    );
+    match applied.await {
         Ok(done) => {
             ledger.set_condition(
                 conditions::ISOLATION_APPLIED,
@@ -862,7 +872,7 @@ async fn cleanup(tenant: &Tenant, ctx: &Context) -> Result<Action, Error> {
         {
             continue;
         }
-        let api: Api<kube::api::DynamicObject> = match caps.scope {
+        let api: Api<DynamicObject> = match caps.scope {
             Scope::Namespaced => Api::namespaced_with(host.clone(), &host_ns, &ar),
             // Cluster-scoped objects (admission policies) labelled for this tenant.
             Scope::Cluster => Api::all_with(host.clone(), &ar),
@@ -878,15 +888,17 @@ async fn cleanup(tenant: &Tenant, ctx: &Context) -> Result<Action, Error> {
             }
         };
         for obj in list {
-            match api.delete(&obj.name_any(), &DeleteParams::default()).await {
-                Ok(_) => removed += 1,
-                Err(kube::Error::Api(s)) if s.code == 404 => {}
-                Err(e) => {
-                    return Err(anyhow::Error::from(e)
-                        .context(format!("deleting {} {}", ar.kind, obj.name_any()))
-                        .into());
-                }
-            }
+            let namespace = obj.namespace().unwrap_or_default();
+            let delete = Write::Delete {
+                name: obj.name_any(),
+                uid: obj.uid(),
+            };
+            ctx.shared
+                .host_writer
+                .write(&api, &ar.kind, &namespace, &delete)
+                .await
+                .with_context(|| format!("deleting {} {}", ar.kind, obj.name_any()))?;
+            removed += 1;
         }
     }
     let namespaces: Api<Namespace> = Api::all(host.clone());
@@ -898,11 +910,17 @@ async fn cleanup(tenant: &Tenant, ctx: &Context) -> Result<Action, Error> {
             == Some(crate::record::COMPONENT)
         && ns.labels().get(provenance::TENANT) == Some(&name)
     {
-        match namespaces.delete(&host_ns, &DeleteParams::default()).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(s)) if s.code == 404 => {}
-            Err(e) => return Err(anyhow::Error::from(e).into()),
-        }
+        let api: Api<DynamicObject> =
+            Api::all_with(host.clone(), &ApiResource::erase::<Namespace>(&()));
+        let delete = Write::Delete {
+            name: host_ns.clone(),
+            uid: ns.uid(),
+        };
+        ctx.shared
+            .host_writer
+            .write(&api, "Namespace", "", &delete)
+            .await
+            .map_err(anyhow::Error::from)?;
     }
     tracing::info!(tenant = %name, removed, "tenant cleaned up");
     Ok(Action::await_change())

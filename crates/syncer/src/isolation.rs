@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use anyhow::Context as _;
 use futures::future::BoxFuture;
-use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, Preconditions};
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use kube::discovery::{self, Scope};
 use kube::{Client, ResourceExt as _};
@@ -25,20 +25,18 @@ use tracing::Instrument as _;
 
 use crate::metrics::SyncMetrics;
 use crate::record::{COMPONENT, DecisionRecorder};
-use crate::tenant::FIELD_MANAGER;
 use crate::trace;
+use crate::writer::{self, Writer};
 
-/// A cluster compiled objects are written to: its name in write spans, and the prefix of the
-/// ledger keys of the decisions about its objects.
+/// A cluster compiled objects are written to: the prefix of the ledger keys of the decisions
+/// about its objects.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Cluster {
-    pub(crate) name: &'static str,
     pub(crate) ledger_prefix: &'static str,
 }
 
 /// The host cluster, where isolation objects go.
 const HOST: Cluster = Cluster {
-    name: "host",
     ledger_prefix: "isolation",
 };
 
@@ -394,6 +392,7 @@ pub(crate) fn desired(object: &Value) -> (Value, String) {
 /// the host namespace when it changed (so that a restarted syncer prunes).
 pub async fn apply(
     client: &Client,
+    writer: &Writer,
     recorder: &DecisionRecorder,
     source: &Source,
     compiled: &Compiled,
@@ -503,9 +502,16 @@ pub async fn apply(
                 &change.verdict,
                 trace::stamp_in(&span, COMPONENT),
             );
-            write(recorder, &source.digest, &change, &decision, started)
-                .instrument(span)
-                .await?;
+            write(
+                writer,
+                recorder,
+                &source.digest,
+                &change,
+                &decision,
+                started,
+            )
+            .instrument(span)
+            .await?;
             match change.verdict.outcome {
                 Outcome::Deleted => result.pruned += 1,
                 _ => result.applied += 1,
@@ -533,9 +539,11 @@ pub async fn apply(
     Ok(result)
 }
 
-/// Records the decision about one object, then writes it (in the decision's span); a failed
-/// write is a Failed decision of its own, in a child span. `digest` is the decision's input.
+/// Records the decision about one object, then writes it with `writer` (in the decision's span);
+/// a failed write is a Failed decision of its own, in a child span. `digest` is the decision's
+/// input.
 pub(crate) async fn write(
+    writer: &Writer,
     recorder: &DecisionRecorder,
     digest: &str,
     change: &Change,
@@ -547,49 +555,30 @@ pub(crate) async fn write(
         .record(&key, decision, digest, None, started)
         .await?;
     let r = &change.target;
-    let (verb, result) = match &change.write {
-        Write::Apply(object) => {
-            let mut object = object.clone();
-            object["metadata"]["annotations"][provenance::DECISION_ID] = json!(decision.id);
-            let params = PatchParams::apply(FIELD_MANAGER).force();
-            let span = trace::write_span(change.cluster.name, "PATCH", r);
-            let result = change
-                .api
-                .patch(&r.name, &params, &Patch::Apply(&object))
-                .instrument(span)
-                .await
-                .map(|_| ());
-            ("applying", result)
-        }
-        Write::Merge(patch) => {
-            let mut patch = patch.clone();
-            patch["metadata"]["annotations"][provenance::DECISION_ID] = json!(decision.id);
-            let span = trace::write_span(change.cluster.name, "PATCH", r);
-            let result = change
-                .api
-                .patch(&r.name, &PatchParams::default(), &Patch::Merge(&patch))
-                .instrument(span)
-                .await
-                .map(|_| ());
-            ("patching", result)
-        }
-        Write::Delete(uid) => {
-            let params = DeleteParams {
-                preconditions: uid.clone().map(|uid| Preconditions {
-                    uid: Some(uid),
-                    resource_version: None,
-                }),
-                ..DeleteParams::default()
-            };
-            let span = trace::write_span(change.cluster.name, "DELETE", r);
-            let result = match change.api.delete(&r.name, &params).instrument(span).await {
-                Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-                other => other.map(|_| ()),
-            };
-            ("pruning", result)
-        }
+    let with_decision_id = |object: &Value| {
+        let mut object = object.clone();
+        object["metadata"]["annotations"][provenance::DECISION_ID] = json!(decision.id);
+        object
     };
-    let Err(e) = result else {
+    let (verb, write) = match &change.write {
+        Write::Apply(object) => ("applying", writer::Write::Apply(with_decision_id(object))),
+        Write::Merge(patch) => (
+            "patching",
+            writer::Write::Merge {
+                name: r.name.clone(),
+                patch: with_decision_id(patch),
+            },
+        ),
+        Write::Delete(uid) => (
+            "pruning",
+            writer::Write::Delete {
+                name: r.name.clone(),
+                uid: uid.clone(),
+            },
+        ),
+    };
+    let namespace = r.namespace.as_deref().unwrap_or("");
+    let Err(e) = writer.write(&change.api, &r.kind, namespace, &write).await else {
         recorder.carried_out(recorded);
         return Ok(());
     };

@@ -48,6 +48,7 @@ pub mod shard;
 pub mod tenant;
 pub mod tenant_admission;
 pub mod trace;
+pub mod writer;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -57,7 +58,7 @@ use tokio::sync::Semaphore;
 
 pub use controller::FINALIZER;
 pub use record::COMPONENT;
-pub use tenant::FIELD_MANAGER;
+pub use writer::FIELD_MANAGER;
 
 /// Everything the syncer needs to run.
 #[derive(Debug, Clone)]
@@ -183,7 +184,10 @@ impl Syncer {
         let shared = Arc::new(tenant::Shared {
             log_start,
             host,
-            host_limiter: ratelimit::RateLimiter::new(config.host_qps, config.host_burst),
+            host_writer: writer::Writer::host(Arc::new(ratelimit::RateLimiter::new(
+                config.host_qps,
+                config.host_burst,
+            ))),
             planner: config.planner.clone(),
             log: config.decision_log.clone(),
             permits: Semaphore::new(config.concurrency.max(1)),

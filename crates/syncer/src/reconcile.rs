@@ -27,22 +27,7 @@ use tenantplane_core::reference::HostObjects;
 use tenantplane_core::translate::{self, HostDesired};
 use tenantplane_core::{Plan, Planner, SourceIdentity, TenantObject};
 
-/// What to do to the host.
-#[derive(Clone, Debug, PartialEq)]
-pub enum HostWrite {
-    /// Create this object (fails if anything is at its name: never overwrite).
-    Create(Value),
-    /// Server-side apply this object over our own host object (with its resourceVersion as a
-    /// precondition, so a host object replaced in the meantime is not touched).
-    Apply(Value),
-    /// Delete our host object with this uid (precondition).
-    Delete {
-        /// Host object name.
-        name: String,
-        /// Its uid, as a delete precondition.
-        uid: Option<String>,
-    },
-}
+use crate::writer::{Write, WriteError, WriteFailure};
 
 /// The result of reconciling one tenant object.
 #[derive(Clone, Debug, PartialEq)]
@@ -50,7 +35,7 @@ pub struct Step {
     /// The decision taken.
     pub decision: Decision,
     /// The host write it leads to, if any.
-    pub write: Option<HostWrite>,
+    pub write: Option<Write>,
     /// Status to write back to the tenant object, if it differs.
     pub status_up: Option<Value>,
 }
@@ -207,7 +192,7 @@ pub fn reconcile_present(
             if let Some(world) = live.world {
                 world.furnish(&object.object, &mut d.object);
             }
-            write = Some(HostWrite::Create(with_decision_id(d.object, &decision.id)));
+            write = Some(Write::Create(with_decision_id(d.object, &decision.id)));
         }
         (HostAction::Update, Some(d)) => {
             let body = if pod {
@@ -219,10 +204,10 @@ pub fn reconcile_present(
             if let Some(rv) = host.and_then(resource_version_of) {
                 object["metadata"]["resourceVersion"] = json!(rv);
             }
-            write = Some(HostWrite::Apply(object));
+            write = Some(Write::Apply(object));
         }
         (HostAction::Delete, _) if host.is_some() => {
-            write = Some(HostWrite::Delete {
+            write = Some(Write::Delete {
                 name: plan.placement.name.clone(),
                 uid: host.and_then(uid_of),
             });
@@ -369,7 +354,7 @@ pub fn reconcile_absent(
     };
     Some(Step {
         decision,
-        write: Some(HostWrite::Delete {
+        write: Some(Write::Delete {
             name: meta.name,
             uid: uid_of(host),
         }),
@@ -548,9 +533,22 @@ fn pod_token_decision(
     }
 }
 
+/// The decision that `decision` was not carried out, its host write having failed with `error`
+/// (recorded; whether and when the object is decided again is the caller's, by
+/// [`WriteError::failure`]): superseded when the host object changed since (a 409), refused by
+/// the host for its content, otherwise failed.
+pub fn unapplied(decision: &Decision, error: &WriteError, stamp: Stamp) -> Decision {
+    let answer = error.to_string();
+    match error.failure {
+        WriteFailure::Changed => superseded(decision, &answer, stamp),
+        WriteFailure::Refused => refused_by_host(decision, &answer, stamp),
+        WriteFailure::Failed => failed(decision, &answer, stamp),
+    }
+}
+
 /// A decision turned into Failed because its host write failed (recorded; the key is retried).
 pub fn failed(decision: &Decision, error: &str, stamp: Stamp) -> Decision {
-    unapplied(
+    closing(
         decision,
         "HostWriteFailed",
         format!(
@@ -565,8 +563,8 @@ pub fn failed(decision: &Decision, error: &str, stamp: Stamp) -> Decision {
 /// A decision turned into Failed because the host object changed between the state it was taken
 /// on and its write, whose precondition refused it (409): nothing was written, and the object is
 /// decided again on fresh state.
-pub fn superseded(decision: &Decision, error: &str, stamp: Stamp) -> Decision {
-    unapplied(
+fn superseded(decision: &Decision, error: &str, stamp: Stamp) -> Decision {
+    closing(
         decision,
         "HostObjectChanged",
         format!(
@@ -583,8 +581,8 @@ pub fn superseded(decision: &Decision, error: &str, stamp: Stamp) -> Decision {
 /// writes (admission, such as Pod Security, 403; or validation, 422): the same content would be
 /// refused again, so it is not retried with backoff but when the tenant object changes, and at
 /// the next resync.
-pub fn refused_by_host(decision: &Decision, error: &str, stamp: Stamp) -> Decision {
-    unapplied(
+fn refused_by_host(decision: &Decision, error: &str, stamp: Stamp) -> Decision {
+    closing(
         decision,
         "HostRefused",
         format!(
@@ -598,22 +596,9 @@ pub fn refused_by_host(decision: &Decision, error: &str, stamp: Stamp) -> Decisi
     )
 }
 
-/// Whether a failed host write was refused for its content (admission 403, validation 422),
-/// rather than failing for a reason that may pass (the server unreachable, overloaded, ...).
-/// The ServiceAccount admission plugin's refusal of a pod whose service account is not on the
-/// host yet is of the second kind: the syncer is about to create it, so the write is tried again
-/// with backoff.
-pub fn refused_for_content(error: &kube::Error) -> bool {
-    match error {
-        kube::Error::Api(s) if s.code == 403 => {
-            !s.message.contains("error looking up service account")
-        }
-        kube::Error::Api(s) => s.code == 422,
-        _ => false,
-    }
-}
-
-fn unapplied(decision: &Decision, reason: &str, message: String, stamp: Stamp) -> Decision {
+/// The Failed decision closing `decision`, whose host write was not made: `decision` with the
+/// stamp's id and time, the reason and the message.
+fn closing(decision: &Decision, reason: &str, message: String, stamp: Stamp) -> Decision {
     let mut d = decision.clone();
     d.id = stamp.id;
     d.time = stamp.time;
@@ -707,8 +692,8 @@ mod tests {
     }
 
     /// What the host would hold after a write, plus defaulting and a resourceVersion.
-    fn landed(write: &HostWrite) -> Value {
-        let (HostWrite::Create(v) | HostWrite::Apply(v)) = write else {
+    fn landed(write: &Write) -> Value {
+        let (Write::Create(v) | Write::Apply(v)) = write else {
             panic!("not a write: {write:?}")
         };
         let mut v = v.clone();
@@ -725,7 +710,7 @@ mod tests {
         let step = decide(&p, &o, None);
         assert_eq!(step.decision.outcome, Outcome::Synced);
         let write = step.write.clone().unwrap();
-        let HostWrite::Create(created) = &write else {
+        let Write::Create(created) = &write else {
             panic!("{write:?}")
         };
         assert_eq!(
@@ -742,7 +727,7 @@ mod tests {
         let changed = cm("b");
         let upd = decide(&p, &changed, Some(&host));
         assert_eq!(upd.decision.outcome, Outcome::Synced);
-        let Some(HostWrite::Apply(applied)) = &upd.write else {
+        let Some(Write::Apply(applied)) = &upd.write else {
             panic!("{:?}", upd.write)
         };
         assert_eq!(applied["metadata"]["resourceVersion"], "100");
@@ -825,7 +810,7 @@ mod tests {
         assert_eq!(step.decision.outcome, Outcome::Rejected);
         assert_eq!(
             step.write,
-            Some(HostWrite::Delete {
+            Some(Write::Delete {
                 name: "p-x-web".into(),
                 uid: Some("host-uid".into())
             })
@@ -856,7 +841,7 @@ mod tests {
         assert_eq!(step.decision.outcome, Outcome::Deleted);
         assert_eq!(
             step.write,
-            Some(HostWrite::Delete {
+            Some(Write::Delete {
                 name: "cfg-x-web".into(),
                 uid: Some("host-uid".into())
             })
@@ -896,7 +881,7 @@ mod tests {
         assert_eq!(step.decision.reason, "SourceRecreated");
         assert_eq!(
             step.write,
-            Some(HostWrite::Delete {
+            Some(Write::Delete {
                 name: "cfg-x-web".into(),
                 uid: Some("host-uid".into())
             })
@@ -929,7 +914,7 @@ mod tests {
                 "labels": {"tenantplane.io/tenant": "victim"}}}))
         .unwrap();
         let step = decide(&p, &o, None);
-        let Some(HostWrite::Create(v)) = &step.write else {
+        let Some(Write::Create(v)) = &step.write else {
             panic!()
         };
         assert_eq!(v["metadata"]["labels"]["tenantplane.io/tenant"], "acme");
@@ -939,15 +924,29 @@ mod tests {
         );
     }
 
+    /// A write that failed with the API server's answer `code`.
+    fn write_error(code: u16, message: &str) -> WriteError {
+        WriteError::from(kube::Error::Api(Box::new(kube::core::Status {
+            code,
+            message: message.into(),
+            ..Default::default()
+        })))
+    }
+
     #[test]
     fn a_write_refused_by_its_precondition_is_recorded_as_not_applied() {
         let p = planner();
         let o = cm("a");
         let create = decide(&p, &o, None);
-        let d = superseded(&create.decision, "AlreadyExists (409)", stamp());
+        let d = unapplied(
+            &create.decision,
+            &write_error(409, "AlreadyExists"),
+            stamp(),
+        );
         assert_eq!(d.outcome, Outcome::Failed);
         assert_eq!(d.reason, "HostObjectChanged");
         assert_ne!(d.id, create.decision.id);
+        assert_eq!(d.closes.as_deref(), Some(create.decision.id.as_str()));
         assert!(
             d.message.contains(&create.decision.id) && d.message.contains("stands unapplied"),
             "{}",
@@ -956,34 +955,22 @@ mod tests {
     }
 
     #[test]
-    fn a_content_refusal_waits_for_a_change_but_a_missing_service_account_is_retried() {
+    fn a_write_refused_for_its_content_or_failing_otherwise_is_recorded_as_such() {
         let p = planner();
         let o = cm("a");
         let create = decide(&p, &o, None);
-        let d = refused_by_host(&create.decision, "violates PodSecurity", stamp());
+        let d = unapplied(
+            &create.decision,
+            &write_error(403, "violates PodSecurity"),
+            stamp(),
+        );
         assert_eq!(
             (d.outcome, d.reason.as_str()),
             (Outcome::Failed, "HostRefused")
         );
         assert!(d.message.contains("violates PodSecurity"), "{}", d.message);
-        let status = |code| {
-            kube::Error::Api(Box::new(kube::core::Status {
-                code,
-                ..Default::default()
-            }))
-        };
-        assert!(refused_for_content(&status(403)));
-        assert!(refused_for_content(&status(422)));
-        let service_account_not_yet_there = kube::Error::Api(Box::new(kube::core::Status {
-            code: 403,
-            message: "pods \"web-x-shop\" is forbidden: error looking up service account \
-                      tenant-acme/web-x-shop: serviceaccount \"web-x-shop\" not found"
-                .into(),
-            ..Default::default()
-        }));
-        assert!(!refused_for_content(&service_account_not_yet_there));
-        assert!(!refused_for_content(&status(500)));
-        assert!(!refused_for_content(&status(429)));
+        let d = unapplied(&create.decision, &write_error(503, "unavailable"), stamp());
+        assert_eq!(d.reason, "HostWriteFailed");
     }
 
     #[test]

@@ -42,10 +42,10 @@ use tracing::Instrument as _;
 use crate::isolation::{Change, Cluster, IsolationRef, Resolver, Verdict, Write, desired, write};
 use crate::record::{COMPONENT, DecisionRecorder, TenantLedger};
 use crate::trace;
+use crate::writer::Writer;
 
 /// The tenant control plane, as named in write spans and ledger keys.
 const TENANT: Cluster = Cluster {
-    name: "tenant",
     ledger_prefix: "tenant-admission",
 };
 
@@ -305,6 +305,7 @@ async fn apply(
     admission: &TenantAdmission,
 ) -> anyhow::Result<Applied> {
     let started = Instant::now();
+    let writer = Writer::tenant_control_plane();
     let input = digest(&json!(admission));
     let mut resolver = Resolver::default();
     let selector = format!(
@@ -476,7 +477,7 @@ async fn apply(
             &input,
             trace::stamp_in(&span, COMPONENT),
         );
-        write(recorder, &input, &change, &decision, started)
+        write(&writer, recorder, &input, &change, &decision, started)
             .instrument(span)
             .await?;
         match change.verdict.outcome {
@@ -600,9 +601,16 @@ async fn label_namespace(
         write: Write::Merge(patch),
         cluster: TENANT,
     };
-    if let Err(e) = write(recorder, &input, &change, &decision, started)
-        .instrument(span)
-        .await
+    if let Err(e) = write(
+        &Writer::tenant_control_plane(),
+        recorder,
+        &input,
+        &change,
+        &decision,
+        started,
+    )
+    .instrument(span)
+    .await
     {
         tracing::warn!(tenant = %source.tenant, namespace = %name, error = %format!("{e:#}"),
             "keeping the Pod Security labels of a tenant namespace");

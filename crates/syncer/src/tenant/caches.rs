@@ -33,7 +33,8 @@ use tenantplane_core::translate;
 use tenantplane_core::{Planner, SourceIdentity, TenantObject};
 
 use super::Key;
-use crate::reconcile::{self, HostWrite, Step};
+use crate::reconcile::{self, Step};
+use crate::writer::{Write, Written};
 
 /// How long a write of this syncer may take to show in its own watch before the watch's store is
 /// believed again anyway (a watch down for longer: the write preconditions still protect).
@@ -51,13 +52,13 @@ pub(super) struct OwnWrite {
 }
 
 impl OwnWrite {
-    /// The object a create or an apply returned, if it has a uid and a resourceVersion.
-    pub(super) fn written(o: DynamicObject) -> Option<OwnWrite> {
-        Some(OwnWrite {
-            uid: o.uid()?,
-            resource_version: Some(o.resource_version()?),
+    /// What a create or an apply wrote.
+    pub(super) fn written(w: Written) -> OwnWrite {
+        OwnWrite {
+            uid: w.uid,
+            resource_version: Some(w.resource_version),
             at: Instant::now(),
-        })
+        }
     }
 
     /// The delete of the object with this uid.
@@ -607,7 +608,7 @@ impl Caches {
     /// forgets it.
     pub(super) fn remember_in_place(&self, key: &Key, o: &TenantObject, step: &Step) {
         let digest = match &step.write {
-            Some(HostWrite::Create(v) | HostWrite::Apply(v)) => {
+            Some(Write::Create(v) | Write::Apply(v)) => {
                 translate::recorded_digest(v).map(str::to_string)
             }
             None if step.decision.outcome == Outcome::Unchanged => self
@@ -760,7 +761,7 @@ pub(super) fn trim_host_object(types: &TypeMeta, obj: &mut DynamicObject) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tenant::FIELD_MANAGER;
+    use crate::writer::FIELD_MANAGER;
 
     fn dynamic(v: Value) -> DynamicObject {
         serde_json::from_value(v).expect("a valid object")

@@ -65,12 +65,10 @@ use crate::record::{
     COMPONENT, DecisionLog, DecisionRecorder, RecordError, Recorded, TenantLedger,
 };
 use crate::trace;
+use crate::writer::Writer;
 use caches::{Caches, Gathered, Kind, LiveView, OWN_WRITE_PATIENCE};
 use plan::Planned;
 use upsync::{Up, UpSync};
-
-/// Field manager of every host write.
-pub const FIELD_MANAGER: &str = "tenantplane-syncer";
 
 /// Tuning shared by every tenant.
 #[derive(Debug, Clone)]
@@ -112,8 +110,9 @@ impl Default for Tuning {
 pub struct Shared {
     /// Host cluster client.
     pub host: Client,
-    /// Rate limit of host requests (all tenants together).
-    pub host_limiter: RateLimiter,
+    /// Every write to the host goes through it (under the host rate limit, all tenants
+    /// together).
+    pub host_writer: Writer,
     /// Where plans come from.
     pub planner: Arc<dyn PlanService>,
     /// The durable decision log, when configured.
