@@ -430,7 +430,13 @@ async fn apply(tenant: &Tenant, ctx: &Context) -> Result<Action, Error> {
     ledger.observe(tenant.metadata.generation, &host_ns);
 
     ensure_namespace(host, tenant, &host_ns).await?;
-    let profile = apply_isolation(tenant, ctx, &ledger, &host_side_recorder, &host_ns).await?;
+    let isolation_host = isolation::Host {
+        client: host,
+        writer: &ctx.shared.host_writer,
+        recorder: &host_side_recorder,
+        ledger: &ledger,
+    };
+    let profile = isolation::keep(tenant, ctx.isolation.as_ref(), isolation_host).await?;
     // The boundary the planner decides with: what the host's admission refuses under the
     // profile, which is sent as its name, generation and spec (its status and server metadata
     // change nothing the planner decides).
@@ -657,103 +663,6 @@ async fn ensure_namespace(host: &Client, tenant: &Tenant, host_ns: &str) -> anyh
         Ok(_) => Ok(()),
         Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
         Err(e) => Err(e).with_context(|| format!("creating host namespace {host_ns}")),
-    }
-}
-
-/// Compiles and applies the Tenant's IsolationProfile; returns it (`None`: the Tenant names
-/// none), for the planner to decide with.
-async fn apply_isolation(
-    tenant: &Tenant,
-    ctx: &Context,
-    ledger: &TenantLedger,
-    recorder: &DecisionRecorder,
-    host_ns: &str,
-) -> anyhow::Result<Option<IsolationProfile>> {
-    let host = &ctx.shared.host;
-    let Some(profile_name) = &tenant.spec.isolation_profile_ref else {
-        ledger.set_condition(
-            conditions::ISOLATION_APPLIED,
-            true,
-            "NoIsolationProfile",
-            "the Tenant names no IsolationProfile: no isolation objects are compiled",
-        );
-        return Ok(None);
-    };
-    let profile = match Api::<IsolationProfile>::all(host.clone())
-        .get_opt(profile_name)
-        .await?
-    {
-        Some(p) => p,
-        None => {
-            ledger.set_condition(
-                conditions::ISOLATION_APPLIED,
-                false,
-                "IsolationProfileNotFound",
-                &format!("IsolationProfile {profile_name} does not exist"),
-            );
-            anyhow::bail!("IsolationProfile {profile_name} does not exist");
-        }
-    };
-    let span = crate::trace::isolation_span(tenant.name(), profile_name);
-    compile_and_apply(tenant, ctx, ledger, recorder, host_ns, &profile)
-        .instrument(span)
-        .await?;
-    Ok(Some(profile))
-}
-
-/// Compiles the Tenant's IsolationProfile and applies it, in the span of
-/// [`apply_isolation`]: the compiler's server span is its child, and it becomes the decision span
-/// of the compilation when anything is written (see [`isolation::apply`]).
-async fn compile_and_apply(
-    tenant: &Tenant,
-    ctx: &Context,
-    ledger: &TenantLedger,
-    recorder: &DecisionRecorder,
-    host_ns: &str,
-    profile: &IsolationProfile,
-) -> anyhow::Result<()> {
-    let host = &ctx.shared.host;
-    let profile_name = profile.name_any();
-    let ns = Api::<Namespace>::all(host.clone()).get(host_ns).await?;
-    let previous = isolation::previously_applied(&serde_json::to_value(&ns)?);
-    let compiled = match ctx.isolation.compile(tenant, profile, &previous).await {
-        Ok(c) => c,
-        Err(e) => {
-            ledger.set_condition(conditions::ISOLATION_APPLIED, false, "CompileFailed", &e);
-            anyhow::bail!("compiling IsolationProfile {profile_name}: {e}");
-        }
-    };
-    let source = isolation::Source::new(tenant, profile)?;
-    let applied = isolation::apply(
-        host,
-        &ctx.shared.host_writer,
-        recorder,
-        &source,
-        &compiled,
-        &previous,
-    );
-    match applied.await {
-        Ok(done) => {
-            ledger.set_condition(
-                conditions::ISOLATION_APPLIED,
-                true,
-                "Applied",
-                &format!(
-                    "IsolationProfile {profile_name} (generation {}): {} objects applied, {} pruned, {} unchanged",
-                    source.generation, done.applied, done.pruned, done.unchanged
-                ),
-            );
-            Ok(())
-        }
-        Err(e) => {
-            ledger.set_condition(
-                conditions::ISOLATION_APPLIED,
-                false,
-                "ApplyFailed",
-                &format!("{e:#}"),
-            );
-            Err(e)
-        }
     }
 }
 

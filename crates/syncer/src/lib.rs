@@ -32,6 +32,7 @@
 #![forbid(unsafe_code)]
 
 pub mod checkpoint;
+pub mod compiled_set;
 pub mod controller;
 pub mod discovery;
 pub mod isolation;

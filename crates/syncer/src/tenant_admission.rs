@@ -11,11 +11,12 @@
 //! each a recorded decision; when the Tenant names no profile any more, the labels of the
 //! namespaces so annotated are removed.
 //!
-//! Each reconcile of a Tenant compiles its policy, applies the objects whose copy in the tenant
-//! control plane does not carry their digest, and deletes the tenantplane objects of the Tenant
-//! (`tenantplane.io/managed=true`, `tenantplane.io/tenant=<name>`) the policy no longer compiles:
+//! Each reconcile of a Tenant compiles its policy and keeps it in the tenant control plane as a
+//! [`CompiledSet`], as the host's isolation objects are: it applies the objects whose copy there
+//! does not carry their digest, and deletes the tenantplane objects of the Tenant
+//! (`tenantplane.io/managed=true`, `tenantplane.io/tenant=<name>`) the policy no longer compiles,
 //! each apply and delete a recorded decision in a span of its own, after the decision that the
-//! policy was compiled, as the host's isolation objects are ([`crate::isolation::apply`]). A
+//! policy was compiled; a namespace's labels are written the same way, one at a time. A
 //! control plane that does not serve `admissionregistration.k8s.io/v1`
 //! ValidatingAdmissionPolicy gets the Tenant condition `TenantAdmission=False` and keeps syncing,
 //! refused on the host side only. Deleting the Tenant removes the objects ([`remove`]).
@@ -31,23 +32,20 @@ use kube::core::ApiResource;
 use kube::runtime::{WatchStreamExt as _, watcher};
 use serde_json::json;
 use tenantplane_api::{SyncPolicy, Tenant, admission, conditions, provenance};
-use tenantplane_core::decision::{
-    Decision, HostAction, Outcome, PolicyRef, ProfileRef, Stamp, Subject,
-};
+use tenantplane_core::decision::{Decision, PolicyRef, ProfileRef, Subject};
 use tenantplane_core::policy::{EXEMPT_NAMESPACES, TenantIsolation};
-use tenantplane_core::translate::{DESIRED_DIGEST, digest};
+use tenantplane_core::translate::digest;
 use tenantplane_core::{CompiledPolicy, MappingVersion, TenantAdmission};
+use tenantplane_isolation::ObjectRef;
 use tracing::Instrument as _;
 
-use crate::isolation::{Change, Cluster, IsolationRef, Resolver, Verdict, Write, desired, write};
+use crate::compiled_set::{
+    Applied, Compiled, CompiledSet, ObjectWrite, Origin, Resolver, Stale, Verdict,
+};
+use crate::reconcile::compiled;
 use crate::record::{COMPONENT, DecisionRecorder, TenantLedger};
 use crate::trace;
-use crate::writer::Writer;
-
-/// The tenant control plane, as named in write spans and ledger keys.
-const TENANT: Cluster = Cluster {
-    ledger_prefix: "tenant-admission",
-};
+use crate::writer::{Write, Writer};
 
 /// The SyncPolicy a compilation came from: the subject of every tenant-side admission decision.
 #[derive(Debug, Clone)]
@@ -93,23 +91,10 @@ impl Source {
         }
     }
 
-    fn key(&self) -> String {
-        format!("{}:SyncPolicy/{}", TENANT.ledger_prefix, self.policy)
-    }
-
-    /// A decision about `target` (an object in the tenant control plane) enforcing `rule` (or
-    /// what `profile` compiled), or about the compilation as a whole when `target` is `None`.
-    fn decision(
-        &self,
-        target: Option<&IsolationRef>,
-        (rule, profile): Enforces,
-        verdict: &Verdict,
-        input_digest: &str,
-        stamp: Stamp,
-    ) -> Decision {
-        Decision {
-            id: stamp.id,
-            time: stamp.time,
+    /// The subject of the decisions about what it compiled for the tenant control plane, whose
+    /// input was digested to `input_digest`.
+    fn compiled(&self, input_digest: String) -> compiled::Source {
+        compiled::Source {
             tenant: self.tenant.clone(),
             subject: Subject {
                 api_version: format!("{}/{}", tenantplane_api::GROUP, tenantplane_api::VERSION),
@@ -119,44 +104,16 @@ impl Source {
                 uid: self.uid.clone(),
                 resource_version: self.resource_version.clone(),
             },
-            target: target.map(IsolationRef::target),
-            outcome: verdict.outcome,
-            action: verdict.action,
             policy: Some(PolicyRef {
                 name: self.policy.clone(),
                 revision: self.revision.clone(),
-                rule,
+                rule: None,
             }),
-            profile,
-            reason: verdict.reason.into(),
-            message: verdict.message.clone(),
-            field_path: None,
-            stripped_keys: Vec::new(),
-            input_digest: input_digest.to_string(),
-            mapping_version: self.mapping.to_string(),
-            closes: None,
-            tokens: Vec::new(),
-            component: stamp.component,
-            component_version: stamp.component_version,
-            trace_id: stamp.trace_id,
-            span_id: stamp.span_id,
+            input_digest,
+            mapping: self.mapping,
+            ledger_prefix: "tenant-admission",
         }
     }
-}
-
-/// What a tenant-side object enforces: a rule of the SyncPolicy, or what the IsolationProfile
-/// compiled (its fields).
-type Enforces = (Option<String>, Option<ProfileRef>);
-
-/// What a reconcile did in the tenant control plane.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Applied {
-    /// Objects created or updated.
-    pub applied: usize,
-    /// Objects deleted.
-    pub pruned: usize,
-    /// Objects already as compiled.
-    pub unchanged: usize,
 }
 
 /// Whether the control plane serves ValidatingAdmissionPolicy and its binding at
@@ -296,8 +253,8 @@ pub async fn remove(
         .pruned)
 }
 
-/// Applies what is not in place and deletes what is no longer compiled (see the module
-/// documentation).
+/// Applies what is not in place and deletes what is no longer compiled, as a [`CompiledSet`]
+/// (see the module documentation).
 async fn apply(
     client: &Client,
     recorder: &DecisionRecorder,
@@ -305,8 +262,7 @@ async fn apply(
     admission: &TenantAdmission,
 ) -> anyhow::Result<Applied> {
     let started = Instant::now();
-    let writer = Writer::tenant_control_plane();
-    let input = digest(&json!(admission));
+    let set_source = source.compiled(digest(&json!(admission)));
     let mut resolver = Resolver::default();
     let selector = format!(
         "{}=true,{}={}",
@@ -325,40 +281,24 @@ async fn apply(
             .with_context(|| format!("listing the Tenant's {kind}s in its control plane"))?;
         existing.extend(list.items.into_iter().map(|m| (kind, m)));
     }
-    let mut result = Applied::default();
-    let mut changes: Vec<(Change, Enforces)> = Vec::new();
+    let mut compiled = Vec::new();
     for object in &admission.objects {
-        let r = crate::isolation::ref_of(object).context("a compiled object without identity")?;
+        let r = ObjectRef::from_object(object).context("a compiled object without identity")?;
         let api: Api<DynamicObject> = resolver.api(client, &r.api_version, &r.kind, None).await?;
-        let (applied, d) = desired(object);
-        let current = existing
+        let held = existing
             .iter()
-            .find(|(kind, m)| *kind == r.kind && m.metadata.name.as_deref() == Some(&r.name));
+            .find(|(kind, m)| *kind == r.kind && m.metadata.name.as_deref() == Some(&r.name))
+            .map(|(_, m)| m.metadata.clone());
         let annotation = |key: &str| {
-            object.pointer(&format!("/metadata/annotations/{}", key.replace('/', "~1")))
+            object
+                .pointer(&format!("/metadata/annotations/{}", key.replace('/', "~1")))
+                .and_then(|v| v.as_str())
+                .map(str::to_string)
         };
-        let rule = annotation(provenance::SYNC_POLICY_RULE)
-            .and_then(|v| v.as_str())
-            .map(str::to_string);
-        let text = |key: &str| annotation(key).and_then(|v| v.as_str()).map(str::to_string);
-        let profile = profile_of(text);
-        if current.is_some_and(|(_, m)| {
-            m.metadata
-                .annotations
-                .as_ref()
-                .and_then(|a| a.get(DESIRED_DIGEST))
-                == Some(&d)
-        }) {
-            result.unchanged += 1;
-            continue;
-        }
-        let action = annotation(provenance::ADMISSION_ACTIONS)
-            .and_then(|v| v.as_str())
-            .unwrap_or("Deny");
-        let verdict = match &profile {
-            Some(p) => Verdict::applied(
-                current.is_some(),
-                p.field_path.clone(),
+        let origin = origin_of(annotation);
+        let action = annotation(provenance::ADMISSION_ACTIONS).unwrap_or_else(|| "Deny".into());
+        let (reason, message) = match &origin.profile {
+            Some(p) => (
                 "CompiledFromProfile",
                 format!(
                     "{} {} enforces an admission policy of IsolationProfile {} (generation {}) \
@@ -371,32 +311,29 @@ async fn apply(
                     EXEMPT_NAMESPACES.join(", ")
                 ),
             ),
-            None => Verdict::applied(
-                current.is_some(),
-                String::new(),
+            None => (
                 "CompiledFromSyncPolicy",
                 format!(
                     "{} {} enforces rule {} of SyncPolicy {} (revision {}) at admission in the \
                      tenant control plane ({action})",
                     r.kind,
                     r.name,
-                    rule.as_deref().unwrap_or_default(),
+                    origin.rule.as_deref().unwrap_or_default(),
                     source.policy,
                     source.revision
                 ),
             ),
         };
-        changes.push((
-            Change {
-                target: r.clone(),
-                api,
-                verdict,
-                write: Write::Apply(applied),
-                cluster: TENANT,
-            },
-            (rule, profile),
-        ));
+        compiled.push(Compiled {
+            api,
+            object: object.clone(),
+            held,
+            origin,
+            reason,
+            message,
+        });
     }
+    let mut stale = Vec::new();
     for (kind, m) in &existing {
         let name = m.metadata.name.clone().unwrap_or_default();
         let wanted = admission
@@ -416,81 +353,58 @@ async fn apply(
                 .and_then(|a| a.get(key))
                 .cloned()
         };
-        let rule = text(provenance::SYNC_POLICY_RULE);
-        let profile = profile_of(text);
-        changes.push((
-            Change {
-                target: IsolationRef {
-                    api_version: admission::API_VERSION.into(),
-                    kind: kind.to_string(),
-                    namespace: None,
-                    name: name.clone(),
-                },
-                api,
-                verdict: Verdict::pruned(
-                    String::new(),
-                    format!(
-                        "SyncPolicy {} (revision {}) no longer compiles {kind} {name} for the \
-                         tenant control plane: deleted",
-                        source.policy, source.revision
-                    ),
-                ),
-                write: Write::Delete(m.metadata.uid.clone()),
-                cluster: TENANT,
+        stale.push(Stale {
+            api,
+            target: ObjectRef {
+                api_version: admission::API_VERSION.into(),
+                kind: kind.to_string(),
+                namespace: None,
+                name: name.clone(),
             },
-            (rule, profile),
-        ));
-    }
-    if changes.is_empty() {
-        return Ok(result);
-    }
-    let compilation = source.decision(
-        None,
-        (None, None),
-        &Verdict {
-            outcome: Outcome::Synced,
-            action: HostAction::None,
-            field_path: String::new(),
-            reason: "SyncPolicyCompiledForAdmission",
+            uid: m.metadata.uid.clone(),
+            origin: origin_of(text),
             message: format!(
-                "SyncPolicy {} (revision {}) compiled for the tenant control plane's admission: \
-                 {} objects, {} to write, {} unchanged",
-                source.policy,
-                source.revision,
-                admission.objects.len(),
-                changes.len(),
-                result.unchanged
+                "SyncPolicy {} (revision {}) no longer compiles {kind} {name} for the tenant \
+                 control plane: deleted",
+                source.policy, source.revision
             ),
-        },
-        &input,
-        trace::stamp_in(&tracing::Span::current(), COMPONENT),
-    );
-    recorder
-        .record(&source.key(), &compilation, &input, None, started)
-        .await?;
-    for (change, refs) in changes {
-        let span = trace::follow_up_span(&compilation);
-        let decision = source.decision(
-            Some(&change.target),
-            refs,
-            &change.verdict,
-            &input,
-            trace::stamp_in(&span, COMPONENT),
-        );
-        write(&writer, recorder, &input, &change, &decision, started)
-            .instrument(span)
-            .await?;
-        match change.verdict.outcome {
-            Outcome::Deleted => result.pruned += 1,
-            _ => result.applied += 1,
-        }
+        });
     }
-    Ok(result)
+    let writer = Writer::tenant_control_plane();
+    let set = CompiledSet {
+        source: &set_source,
+        writer: &writer,
+        recorder,
+        started,
+    };
+    let compiled_for = format!(
+        "SyncPolicy {} (revision {}) compiled for the tenant control plane's admission",
+        source.policy, source.revision
+    );
+    set.apply(
+        compiled,
+        stale,
+        (
+            "SyncPolicyCompiledForAdmission",
+            compiled_for,
+            Origin::default(),
+        ),
+    )
+    .await
+}
+
+/// What produced a tenant-side object, by its annotations (`text` reads one): a rule of the
+/// SyncPolicy, or the IsolationProfile whose admission policy it copies.
+fn origin_of(text: impl Fn(&str) -> Option<String>) -> Origin {
+    Origin {
+        rule: text(provenance::SYNC_POLICY_RULE),
+        profile: profile_of(&text),
+    }
 }
 
 /// The IsolationProfile a tenant-side object was compiled from, by its annotations (`text`
 /// reads one).
-fn profile_of(text: impl Fn(&str) -> Option<String>) -> Option<ProfileRef> {
+fn profile_of(text: &impl Fn(&str) -> Option<String>) -> Option<ProfileRef> {
     Some(ProfileRef {
         name: text(provenance::ISOLATION_PROFILE)?,
         generation: text(provenance::ISOLATION_PROFILE_GENERATION)
@@ -565,18 +479,21 @@ async fn label_namespace(
     };
     let started = Instant::now();
     let name = namespace.metadata.name.clone().unwrap_or_default();
-    let target = IsolationRef {
+    let target = ObjectRef {
         api_version: "v1".into(),
         kind: "Namespace".into(),
         namespace: None,
         name: name.clone(),
     };
-    let profile = isolation.map(|i| ProfileRef {
-        name: i.profile.clone(),
-        generation: i.generation,
-        field_path: i.pod_security_fields.clone(),
+    let origin = Origin {
         rule: None,
-    });
+        profile: isolation.map(|i| ProfileRef {
+            name: i.profile.clone(),
+            generation: i.generation,
+            field_path: i.pod_security_fields.clone(),
+            rule: None,
+        }),
+    };
     // The decision's span, about its subject: the SyncPolicy whose tenant-side compilation the
     // profile joins.
     let span = trace::evaluation_span(
@@ -586,32 +503,30 @@ async fn label_namespace(
         "",
         &source.policy,
     );
-    let input = digest(&patch);
-    let decision = source.decision(
+    let set_source = source.compiled(digest(&patch));
+    let decision = set_source.decision(
         Some(&target),
-        (None, profile),
+        &origin,
         &verdict,
-        &input,
         trace::stamp_in(&span, COMPONENT),
     );
-    let change = Change {
+    let write = ObjectWrite {
+        write: Write::Merge {
+            name: name.clone(),
+            patch,
+        },
         target,
         api: api.clone(),
+        origin,
         verdict,
-        write: Write::Merge(patch),
-        cluster: TENANT,
     };
-    if let Err(e) = write(
-        &Writer::tenant_control_plane(),
+    let set = CompiledSet {
+        source: &set_source,
+        writer: &Writer::tenant_control_plane(),
         recorder,
-        &input,
-        &change,
-        &decision,
         started,
-    )
-    .instrument(span)
-    .await
-    {
+    };
+    if let Err(e) = set.write(&write, &decision).instrument(span).await {
         tracing::warn!(tenant = %source.tenant, namespace = %name, error = %format!("{e:#}"),
             "keeping the Pod Security labels of a tenant namespace");
     }
@@ -669,7 +584,6 @@ fn label_patch(
                 .collect();
             let verdict = Verdict::applied(
                 true,
-                i.pod_security_fields.clone(),
                 "CompiledFromProfile",
                 format!(
                     "namespace {name} of the tenant control plane carries the Pod Security labels \
@@ -694,7 +608,6 @@ fn label_patch(
             }});
             let verdict = Verdict::applied(
                 true,
-                String::new(),
                 "NoLongerCompiled",
                 format!(
                     "the Pod Security labels of IsolationProfile {profile} are removed from \

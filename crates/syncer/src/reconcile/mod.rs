@@ -29,6 +29,8 @@ use tenantplane_core::{Plan, Planner, SourceIdentity, TenantObject};
 
 use crate::writer::{Write, WriteError, WriteFailure};
 
+pub mod compiled;
+
 /// The result of reconciling one tenant object.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Step {
