@@ -1,8 +1,9 @@
 //! Clusters the CLI talks to: a client from a kubeconfig file and context, and the current host
 //! state read from a live cluster, read-only, for collision prediction (the metadata of every
-//! object of the input kinds in the tenant's host namespace).
+//! object of the input kinds in the tenant's host namespace) and for the world of the tenant's
+//! pods (the cluster IPs of the host Services there).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::path::Path;
 
 use anyhow::Context;
@@ -62,6 +63,28 @@ pub async fn read(
         }
     }
     Ok(host)
+}
+
+/// The cluster IP of each Service of `namespace` that has one, by name.
+pub async fn service_addresses(
+    kubeconfig: &Path,
+    context: Option<&str>,
+    namespace: &str,
+) -> anyhow::Result<HashMap<String, String>> {
+    let config = config(Some(kubeconfig), context).await?;
+    let cluster = config.cluster_url.clone();
+    let client = kube::Client::try_from(config).context("building the host cluster client")?;
+    let services = Api::<k8s_openapi::api::core::v1::Service>::namespaced(client, namespace)
+        .list(&ListParams::default())
+        .await
+        .with_context(|| {
+            format!("listing Services in {namespace} on the host cluster {cluster}")
+        })?;
+    Ok(services
+        .items
+        .into_iter()
+        .filter_map(|s| Some((s.metadata.name?, s.spec?.cluster_ip?)))
+        .collect())
 }
 
 /// The IsolationProfile `name` of the host cluster, if it exists.

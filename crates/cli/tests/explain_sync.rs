@@ -69,7 +69,7 @@ fn examples_table_matches_golden_and_the_bad_document_fails_the_run() {
     let stderr = String::from_utf8(out.stderr).unwrap();
     assert!(
         stderr.contains(
-            "15 documents: 6 Synced, 1 Skipped, 4 Rejected, 2 Conflict, 1 NotWatched, 1 error"
+            "16 documents: 7 Synced, 1 Skipped, 4 Rejected, 2 Conflict, 1 NotWatched, 1 error"
         ),
         "{stderr}"
     );

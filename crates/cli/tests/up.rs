@@ -122,6 +122,7 @@ async fn up_converges_the_demo_and_the_other_commands_explain_it() {
             // synced there, not refused on a host cache that still showed the deleted object.
             ("ConfigMap/shop-x-eu/cache", "Deleted"),
             ("ConfigMap/eu/cache-x-shop", "Synced"),
+            ("Pod/shop/config-reporter", "Synced"),
         ],
     )
     .await;
@@ -200,6 +201,24 @@ async fn up_converges_the_demo_and_the_other_commands_explain_it() {
         "{why}"
     );
 
+    // why, from the token Secret of the pod that reads its tenant's API: the decision that
+    // issued its tokens, naming them (never their bytes).
+    let token = eventually_why(
+        &server,
+        &data.path().join("host.kubeconfig"),
+        "Secret/tenant-acme/config-reporter-x-shop.sa-token",
+    )
+    .await;
+    assert!(
+        token.contains("Pod shop/config-reporter in tenant acme"),
+        "{token}"
+    );
+    assert!(token.contains("ServiceAccountTokenIssued"), "{token}");
+    assert!(
+        token.contains("key token: ServiceAccount shop/web, the tenant API server's audience"),
+        "{token}"
+    );
+
     // The log the system writes verifies while it runs.
     let (ok, verify) = output(
         tenantplane()
@@ -227,6 +246,26 @@ async fn up_converges_the_demo_and_the_other_commands_explain_it() {
 
     // SIGTERM stops up and every service it started.
     stop(&mut up, base).await;
+}
+
+/// `why` on a host object, once it answers (the object and its decision may take a moment).
+async fn eventually_why(server: &str, kubeconfig: &Path, object: &str) -> String {
+    let mut last = String::new();
+    for _ in 0..100 {
+        let (ok, why) = output(
+            tenantplane()
+                .args(["why", "--server", server, "--host-kubeconfig"])
+                .arg(kubeconfig)
+                .arg(object),
+        )
+        .await;
+        if ok {
+            return why;
+        }
+        last = why;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    panic!("why {object} never answered: {last}");
 }
 
 /// SIGTERM to `up`: it exits 0 and every port it opened is closed.

@@ -145,8 +145,9 @@ impl<'t> Reader<'t> {
 
     /// The outline of every document, in order, each passed through `each` on every core: the
     /// document's identity fields (`apiVersion`, `kind`, and `metadata` with `name` and
-    /// `namespace`, as an object of only those), or the whole document when it is a
-    /// CustomResourceDefinition (which says what its kind is); `None` for a document that does not
+    /// `namespace`, as an object of only those), or the whole document when it is read whole
+    /// ([`read_whole`]: a CustomResourceDefinition says what its kind is, Services and
+    /// ServiceAccounts are what a pod's world is made of); `None` for a document that does not
     /// read. Plain documents are outlined without parsing the rest of them; the others are
     /// parsed. The outlines match the documents [`Reader::read`] hands over, one for one.
     pub fn outlines<S: Send>(&mut self, each: impl Fn(Option<Value>) -> S + Sync) -> Vec<S> {
@@ -282,15 +283,28 @@ impl JsonPiece<'_> {
             // A List the split left whole: its items are its documents.
             return Some(outlines_of(self.documents(source), each));
         }
-        let fields = whole_if_crd(outline.fields, || serde_json::from_str(self.text).ok());
+        let fields = whole_if_read_whole(outline.fields, || serde_json::from_str(self.text).ok());
         Some(vec![each(Some(fields))])
     }
 }
 
+/// Whether the outline of a document (its identity fields) is the whole document: for a
+/// CustomResourceDefinition, which says what its kind is, and a core Service or ServiceAccount,
+/// of which a pod's world is made (addresses and ports, whether tokens are mounted:
+/// [`crate::pod_world`]).
+pub fn read_whole(fields: &Value) -> bool {
+    scope::is_crd(fields)
+        || (fields.get("apiVersion").and_then(Value::as_str) == Some("v1")
+            && matches!(
+                fields.get("kind").and_then(Value::as_str),
+                Some("Service" | "ServiceAccount")
+            ))
+}
+
 /// The outline of a document whose identity fields are `fields`: the fields, or the whole
-/// document when it is a CustomResourceDefinition.
-fn whole_if_crd(fields: Value, whole: impl FnOnce() -> Option<Value>) -> Value {
-    if scope::is_crd(&fields) {
+/// document when it is [read whole](read_whole).
+fn whole_if_read_whole(fields: Value, whole: impl FnOnce() -> Option<Value>) -> Value {
+    if read_whole(&fields) {
         whole().unwrap_or(fields)
     } else {
         fields

@@ -371,26 +371,24 @@ pub enum HostAddress {
 }
 
 impl HostAddress {
-    /// The address of a tenant Service, from its host Service (when there is one) and whether
-    /// the SyncPolicy syncs it (`Err` with why not).
+    /// The address of a tenant Service, from its host Service's cluster IP (when there is a
+    /// host Service with one) and whether the SyncPolicy syncs it (`Err` with why not).
     pub fn of(
         tenant_service: &Value,
-        host_service: Option<&Value>,
+        host_cluster_ip: Option<&str>,
         synced: Result<(), String>,
     ) -> Self {
-        let ip = |v: &Value| {
-            v.pointer("/spec/clusterIP")
-                .and_then(Value::as_str)
-                .map(str::to_string)
-        };
         let kind = tenant_service.pointer("/spec/type").and_then(Value::as_str);
-        if kind == Some("ExternalName") || ip(tenant_service).as_deref() == Some("None") {
+        let tenant_ip = tenant_service
+            .pointer("/spec/clusterIP")
+            .and_then(Value::as_str);
+        if kind == Some("ExternalName") || tenant_ip == Some("None") {
             return HostAddress::None;
         }
-        match (synced, host_service.and_then(ip)) {
+        match (synced, host_cluster_ip) {
             (Err(why), _) => HostAddress::NotSynced(why),
-            (Ok(()), Some(ip)) if ip == "None" => HostAddress::None,
-            (Ok(()), Some(ip)) if !ip.is_empty() => HostAddress::ClusterIp(ip),
+            (Ok(()), Some("None")) => HostAddress::None,
+            (Ok(()), Some(ip)) if !ip.is_empty() => HostAddress::ClusterIp(ip.to_string()),
             (Ok(()), _) => HostAddress::Awaited,
         }
     }
@@ -408,6 +406,29 @@ pub struct TenantService {
 }
 
 impl TenantService {
+    /// A tenant Service object as the SyncPolicy `policy` and its host Service's cluster IP
+    /// (when there is a host Service with one) place it on the host.
+    pub fn placed(
+        tenant_service: &Value,
+        host_cluster_ip: Option<&str>,
+        policy: &crate::CompiledPolicy,
+    ) -> TenantService {
+        let synced = match TenantObject::from_value(tenant_service.clone()) {
+            Ok(object) => {
+                let verdict = policy.evaluate(&object);
+                match verdict.action {
+                    tenantplane_api::SyncAction::Sync => Ok(()),
+                    _ => Err(format!("{} ({})", verdict.reason, verdict.message)),
+                }
+            }
+            Err(e) => Err(e.to_string()),
+        };
+        TenantService::of(
+            tenant_service,
+            HostAddress::of(tenant_service, host_cluster_ip, synced),
+        )
+    }
+
     /// A tenant Service object at a host address.
     pub fn of(tenant_service: &Value, address: HostAddress) -> TenantService {
         let ports = tenant_service
@@ -529,6 +550,65 @@ impl TokenRequest {
             })
             .map(|r| r.key.as_str())
     }
+}
+
+/// The name of the projected volume a pod read from a file is given by [`as_admitted`] (the
+/// tenant API server adds `kube-api-access-<5 random characters>`).
+const API_ACCESS_VOLUME: &str = "kube-api-access";
+
+/// A tenant pod as the tenant API server's ServiceAccount admission stores it, for a pod read
+/// from a file (explain-sync): unless `automountServiceAccountToken` is false on the pod (or,
+/// unset there, on its ServiceAccount `account`, when it is known), every init container and
+/// container without a mount at [`SERVICE_ACCOUNT_MOUNT`] mounts a projected volume of the
+/// kubelet's token, the tenant's CA and the namespace, as kube-apiserver adds it. A pod that
+/// already has token projections (one read from an API server) is returned as it is.
+pub fn as_admitted(pod: &TenantObject, account: Option<&Value>) -> Option<TenantObject> {
+    if token_sources(&pod.object).next().is_some() {
+        return None;
+    }
+    let spec = pod.object.get("spec")?;
+    let automount = spec
+        .get("automountServiceAccountToken")
+        .and_then(Value::as_bool)
+        .or_else(|| account?.get("automountServiceAccountToken")?.as_bool())
+        .unwrap_or(true);
+    if !automount {
+        return None;
+    }
+    let mut admitted = pod.clone();
+    let spec = admitted.object.get_mut("spec")?.as_object_mut()?;
+    let mut mounted = false;
+    for list in ["initContainers", "containers"] {
+        let Some(Value::Array(containers)) = spec.get_mut(list) else {
+            continue;
+        };
+        for c in containers.iter_mut().filter_map(Value::as_object_mut) {
+            let mounts = c.entry("volumeMounts").or_insert_with(|| json!([]));
+            let Some(mounts) = mounts.as_array_mut() else {
+                continue;
+            };
+            if !mounts
+                .iter()
+                .any(|m| m.get("mountPath").and_then(Value::as_str) == Some(SERVICE_ACCOUNT_MOUNT))
+            {
+                mounts.push(json!({"name": API_ACCESS_VOLUME, "readOnly": true,
+                    "mountPath": SERVICE_ACCOUNT_MOUNT}));
+                mounted = true;
+            }
+        }
+    }
+    if !mounted {
+        return None;
+    }
+    let volumes = spec.entry("volumes").or_insert_with(|| json!([]));
+    volumes.as_array_mut()?.push(json!({"name": API_ACCESS_VOLUME, "projected": {
+        "defaultMode": 420,
+        "sources": [
+            {"serviceAccountToken": {"expirationSeconds": KUBELET_TOKEN_SECONDS, "path": "token"}},
+            {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+            {"downwardAPI": {"items": [{"path": "namespace",
+                "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}]}}]}}));
+    Some(admitted)
 }
 
 /// The projected `serviceAccountToken` sources of a pod, in order.
@@ -894,13 +974,14 @@ impl PodWorld {
                         let tokens: Vec<String> = self
                             .tokens
                             .iter()
-                            .map(|t| {
-                                format!(
-                                    "{}: audience {}, {} s",
-                                    t.key,
-                                    t.audience.as_deref().unwrap_or("(the API server's)"),
-                                    t.expiration_seconds
-                                )
+                            .map(|t| match &t.audience {
+                                Some(a) => {
+                                    format!("{}: audience {a}, {} s", t.key, t.expiration_seconds)
+                                }
+                                None => format!(
+                                    "{}: the tenant API server's audience, {} s",
+                                    t.key, t.expiration_seconds
+                                ),
                             })
                             .collect();
                         format!(
@@ -923,14 +1004,22 @@ impl PodWorld {
             Resolver::Awaited { service } => {
                 format!("DNS: the host address of the tenant's {service}, once it has one")
             }
-            Resolver::Host { message, .. } => format!("DNS: the host's resolver ({message})"),
+            Resolver::Host { message, .. } => {
+                format!("DNS: the host's resolver, because {message}")
+            }
             Resolver::Own { dns_policy } => format!("DNS: the pod's own dnsPolicy {dns_policy}"),
         };
-        let links = match &self.service_links {
+        let mut links = match &self.service_links {
             None => "service links: off".to_string(),
             Some(names) if names.is_empty() => "service links: none".to_string(),
             Some(names) => format!("service links: {}", names.join(", ")),
         };
+        if !self.services_awaited.is_empty() {
+            links.push_str(&format!(
+                " (not on the host yet: {})",
+                self.services_awaited.join(", ")
+            ));
+        }
         format!("pod world: {api}; {dns}; {links}")
     }
 }
@@ -992,7 +1081,7 @@ fn resolver(
         return Resolver::Host {
             reason: "TenantDnsServiceMissing",
             message: format!(
-                "the tenant has no DNS Service {service} (set spec.dns.service to the one it has)"
+                "the tenant has no DNS Service {service} (spec.dns.service names another)"
             ),
         };
     };
@@ -1783,6 +1872,29 @@ mod tests {
             upkeep(Some(&platform), "host-pod-uid", "2026-12-03T10:01:00Z"),
             TokenUpkeep::Foreign("it has no tenantplane provenance".into())
         );
+    }
+
+    #[test]
+    fn a_pod_read_from_a_file_is_given_what_the_tenant_api_servers_admission_gives_it() {
+        let plain = TenantObject::from_value(json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "p", "namespace": "shop"},
+            "spec": {"containers": [{"name": "a", "image": "x"}]}}))
+        .unwrap();
+        let admitted = as_admitted(&plain, None).expect("automounted by default");
+        assert_eq!(TokenRequest::of_pod(&admitted.object).len(), 1);
+        assert_eq!(
+            admitted.object["spec"]["containers"][0]["volumeMounts"][0]["mountPath"],
+            SERVICE_ACCOUNT_MOUNT
+        );
+        let quiet = json!({"automountServiceAccountToken": false});
+        assert_eq!(as_admitted(&plain, Some(&quiet)), None);
+        let mut wants = plain.clone();
+        wants.object["spec"]["automountServiceAccountToken"] = json!(true);
+        assert!(
+            as_admitted(&wants, Some(&quiet)).is_some(),
+            "the pod's own setting wins"
+        );
+        assert_eq!(as_admitted(&pod(), None), None, "a pod as stored is kept");
     }
 
     #[test]

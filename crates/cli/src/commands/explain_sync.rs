@@ -22,9 +22,10 @@ use tenantplane_api::{IsolationProfile, Tenant};
 use tenantplane_client::{ClientConfig, PlannerClient};
 use tenantplane_core::boundary::Boundary;
 use tenantplane_core::collision::HostObjectMeta;
-use tenantplane_core::decision::Stamp;
-use tenantplane_core::documents::{Document, DocumentError, Reader};
+use tenantplane_core::decision::{HostAction, Stamp};
+use tenantplane_core::documents::{self, Document, DocumentError, Reader};
 use tenantplane_core::planner::{HeldPlans, HostState, SharedNames};
+use tenantplane_core::pod_world::{self, PodWorld, TenantService, TenantServices, TenantWorld};
 use tenantplane_core::reference::{REFERENCEABLE_KINDS, Reference};
 use tenantplane_core::scope;
 use tenantplane_core::watch::{UnrecordedFate, Watches};
@@ -134,6 +135,9 @@ pub struct Planned {
     pub decision: Decision,
     /// Placement, verdict and collision check behind the decision.
     pub plan: Plan,
+    /// For a pod whose host pod is created: what it sees of its tenant's cluster there.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pod: Option<PodWorld>,
 }
 
 /// A document that is not a usable tenant object.
@@ -197,7 +201,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         .iter()
         .map(|input| Reader::new(&input.source, &input.text))
         .collect();
-    let survey = Survey::of(&mut readers);
+    let mut survey = Survey::of(&mut readers);
     // The reference check looks at what each reference resolves to on the host, whatever kinds
     // the inputs are (a Pod naming a ServiceAccount when no ServiceAccount is among them). They
     // are all served at v1, as the syncer watches them.
@@ -229,6 +233,21 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         ))?,
         None => read_host_state(&args.host)?,
     };
+    let host_addresses = match &args.host_kubeconfig {
+        Some(kubeconfig) => runtime.block_on(host_cluster::service_addresses(
+            kubeconfig,
+            args.host_context.as_deref(),
+            planner.host_namespace(),
+        ))?,
+        None => host_service_addresses(&args.host, planner.host_namespace())?,
+    };
+    let world = TenantWorld::of(&tenant, None);
+    let services = PodInputs::new(
+        std::mem::take(&mut survey.pod_inputs),
+        host_addresses,
+        &planner,
+        watches.watches("", "Service"),
+    );
     let shared = SharedNames::new(
         planner.placement(),
         survey
@@ -245,6 +264,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         admission: &admission,
         shared: &shared,
         output: args.output,
+        pods: (&world, &services),
     };
     let mut report = Report::new(
         std::io::BufWriter::new(std::io::stdout().lock()),
@@ -279,6 +299,8 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
 struct Survey {
     kinds: BTreeSet<(String, String)>,
     crds: Vec<serde_json::Value>,
+    /// The tenant Services and ServiceAccounts, of which the pods' world is made.
+    pod_inputs: Vec<serde_json::Value>,
     objects: Vec<(usize, SourceIdentity)>,
 }
 
@@ -286,6 +308,7 @@ struct Survey {
 struct Surveyed {
     kind: Option<(String, String)>,
     crd: Option<serde_json::Value>,
+    pod_input: Option<serde_json::Value>,
     identity: Option<SourceIdentity>,
 }
 
@@ -295,16 +318,21 @@ impl Surveyed {
             return Surveyed {
                 kind: None,
                 crd: None,
+                pod_input: None,
                 identity: None,
             };
         };
         let field = |name: &str| outline.get(name).and_then(|v| v.as_str()).map(String::from);
         let kind = field("apiVersion").zip(field("kind"));
         let crd = scope::is_crd(&outline).then(|| outline.clone());
-        let identity = TenantObject::from_value(outline).ok().map(|o| o.identity);
+        let identity = TenantObject::from_value(outline.clone())
+            .ok()
+            .map(|o| o.identity);
+        let pod_input = (documents::read_whole(&outline) && crd.is_none()).then_some(outline);
         Surveyed {
             kind,
             crd,
+            pod_input,
             identity,
         }
     }
@@ -315,6 +343,7 @@ impl Survey {
         let mut survey = Survey {
             kinds: BTreeSet::new(),
             crds: Vec::new(),
+            pod_inputs: Vec::new(),
             objects: Vec::new(),
         };
         let documents = readers
@@ -323,6 +352,7 @@ impl Survey {
         for (position, surveyed) in documents.enumerate() {
             survey.kinds.extend(surveyed.kind);
             survey.crds.extend(surveyed.crd);
+            survey.pod_inputs.extend(surveyed.pod_input);
             survey
                 .objects
                 .extend(surveyed.identity.map(|identity| (position, identity)));
@@ -339,6 +369,8 @@ struct Explainer<'a> {
     admission: &'a TenantAdmission,
     shared: &'a SharedNames,
     output: OutputFormat,
+    /// What the tenant's pods see of its cluster on the host, and its Services there.
+    pods: (&'a TenantWorld, &'a PodInputs<'a>),
 }
 
 /// One document explained: its row, or its plan held until the objects it shares a v1 host name
@@ -361,6 +393,7 @@ struct Held {
     decision: Option<Decision>,
     plan: Plan,
     references: Vec<Reference>,
+    pod: Option<PodWorld>,
 }
 
 impl Explainer<'_> {
@@ -386,7 +419,8 @@ impl Explainer<'_> {
         if let Some(fate) = self.watches.unrecorded(&object) {
             return Explanation::Row(self.row(&Explained::unrecorded(origin, fate)));
         }
-        let (plan, references) = self.planner.plan_and_references(&object, self.host);
+        let (mut plan, references) = self.planner.plan_and_references(&object, self.host);
+        let pod = self.pod_world(&object, &mut plan);
         // The table shows no decision record (id, time, input digest): only the other outputs
         // make one.
         let decision = (self.output != OutputFormat::Table)
@@ -398,9 +432,10 @@ impl Explainer<'_> {
                 decision,
                 plan,
                 references,
+                pod,
             }));
         }
-        self.planned_row(origin, &object, plan, decision)
+        self.planned_row(origin, &object, plan, decision, pod)
     }
 
     /// The row of a planned object: its decision record and plan, or the table's cells.
@@ -410,16 +445,51 @@ impl Explainer<'_> {
         object: &TenantObject,
         plan: Plan,
         decision: Option<Decision>,
+        pod: Option<PodWorld>,
     ) -> Explanation {
         let at_apply = self.admission.at_apply(object, &plan);
+        // A held plan settled otherwise creates no host pod.
+        let pod = pod.filter(|_| plan.outcome == Outcome::Synced);
         Explanation::Row(match decision {
             Some(decision) => self.row(&Explained::planned(
                 origin,
-                Planned { decision, plan },
+                Planned {
+                    decision,
+                    plan,
+                    pod,
+                },
                 at_apply,
             )),
-            None => Row::planned_cells(&object.identity, &plan, at_apply),
+            None => Row::planned_cells(&object.identity, &plan, at_apply, pod.as_ref()),
         })
+    }
+
+    /// For a pod whose host pod the plan creates: its world, which the plan's message says as the
+    /// syncer's decision does.
+    fn pod_world(&self, object: &TenantObject, plan: &mut Plan) -> Option<PodWorld> {
+        let id = &object.identity;
+        let created = plan.outcome == Outcome::Synced && plan.action == HostAction::Create;
+        if !(created && id.group().is_empty() && id.kind == "Pod") {
+            return None;
+        }
+        let (world, inputs) = self.pods;
+        let account = object
+            .object
+            .pointer("/spec/serviceAccountName")
+            .and_then(serde_json::Value::as_str)
+            .unwrap_or("default");
+        let account = inputs
+            .accounts
+            .get(&(id.namespace.clone(), account.to_string()));
+        let admitted = pod_world::as_admitted(object, account);
+        let pod = PodWorld::of(
+            world,
+            admitted.as_ref().unwrap_or(object),
+            &plan.placement.name,
+            inputs,
+        );
+        plan.message = format!("{}; {}", plan.message, pod.describe());
+        Some(pod)
     }
 
     fn row(&self, explained: &Explained) -> Row {
@@ -489,7 +559,7 @@ struct Rows<'n> {
     /// The rows after the last one written, `None` for a held plan's.
     waiting: VecDeque<Option<Row>>,
     /// The rest of each held plan's row, by position.
-    held_rows: HashMap<usize, (String, TenantObject, Option<Decision>)>,
+    held_rows: HashMap<usize, (String, TenantObject, Option<Decision>, Option<PodWorld>)>,
 }
 
 impl<'n> Rows<'n> {
@@ -520,20 +590,23 @@ impl<'n> Rows<'n> {
                     decision,
                     plan,
                     references,
+                    pod,
                 } = *held;
                 let identity = object.identity.clone();
-                self.held_rows.insert(position, (origin, object, decision));
+                self.held_rows
+                    .insert(position, (origin, object, decision, pod));
                 self.held.hold(position, identity, plan, references);
                 None
             }
         });
         let first = self.next - self.waiting.len();
         for (at, plan) in self.held.passed(position) {
-            let (origin, object, mut decision) = self.held_rows.remove(&at).expect("a held row");
+            let (origin, object, mut decision, pod) =
+                self.held_rows.remove(&at).expect("a held row");
             if let Some(decision) = &mut decision {
                 plan.restate(decision);
             }
-            let Explanation::Row(row) = explainer.planned_row(origin, &object, plan, decision)
+            let Explanation::Row(row) = explainer.planned_row(origin, &object, plan, decision, pod)
             else {
                 unreachable!("a settled plan's row is final");
             };
@@ -588,12 +661,17 @@ async fn explain_remote(
         .plan(tenant, policy, profile, &valid, &host)
         .await
         .with_context(|| format!("planning on the planner at {address}"))?;
-    let mut planned = planned.into_iter().zip(&valid).map(|(p, object)| {
+    let mut planned = planned.into_iter().zip(&valid).map(|(mut p, object)| {
+        let pod = explainer.pod_world(object, &mut p.plan);
+        if pod.is_some() {
+            p.plan.restate(&mut p.decision);
+        }
         let at_apply = explainer.admission.at_apply(object, &p.plan);
         (
             Planned {
                 decision: p.decision,
                 plan: p.plan,
+                pod,
             },
             at_apply,
         )
@@ -673,6 +751,119 @@ async fn profile_in_force(
 
 fn default_tenant() -> Tenant {
     Tenant::new("demo", Default::default())
+}
+
+/// The cluster IP of each host Service of `namespace` among the `--host` documents, by name.
+fn host_service_addresses(
+    paths: &[PathBuf],
+    namespace: &str,
+) -> anyhow::Result<HashMap<String, String>> {
+    let mut addresses = HashMap::new();
+    for (_, value) in input::read_documents(paths)? {
+        let Ok(v) = value else { continue };
+        let field = |path: &str| v.pointer(path).and_then(serde_json::Value::as_str);
+        if field("/apiVersion") == Some("v1")
+            && field("/kind") == Some("Service")
+            && field("/metadata/namespace") == Some(namespace)
+            && let (Some(name), Some(ip)) = (field("/metadata/name"), field("/spec/clusterIP"))
+        {
+            addresses.insert(name.to_string(), ip.to_string());
+        }
+    }
+    Ok(addresses)
+}
+
+/// What a pod's world is made of among the inputs, offline: the tenant's Services, placed on
+/// the host as its SyncPolicy and the host Services' cluster IPs (from `--host` or
+/// `--host-kubeconfig`) say, as the syncer finds them in its stores; and its ServiceAccounts
+/// (whether they mount tokens).
+struct PodInputs<'a> {
+    /// The tenant Services by namespace, each ordered by name.
+    by_namespace: BTreeMap<String, Vec<serde_json::Value>>,
+    /// The tenant ServiceAccounts by (namespace, name).
+    accounts: HashMap<(String, String), serde_json::Value>,
+    /// Host Service cluster IPs by host name.
+    host_addresses: HashMap<String, String>,
+    planner: &'a Planner,
+    /// Whether the SyncPolicy syncs Services at all.
+    watched: bool,
+}
+
+impl<'a> PodInputs<'a> {
+    /// From the Services and ServiceAccounts among the inputs (`objects`).
+    fn new(
+        objects: Vec<serde_json::Value>,
+        host_addresses: HashMap<String, String>,
+        planner: &'a Planner,
+        watched: bool,
+    ) -> Self {
+        let mut by_namespace: BTreeMap<String, Vec<serde_json::Value>> = BTreeMap::new();
+        let mut accounts = HashMap::new();
+        for object in objects {
+            let namespace = metadata_field(&object, "namespace").to_string();
+            if object["kind"] == "ServiceAccount" {
+                let name = metadata_field(&object, "name").to_string();
+                accounts.insert((namespace, name), object);
+            } else {
+                by_namespace.entry(namespace).or_default().push(object);
+            }
+        }
+        for services in by_namespace.values_mut() {
+            services.sort_by(|a, b| metadata_field(a, "name").cmp(metadata_field(b, "name")));
+        }
+        PodInputs {
+            by_namespace,
+            accounts,
+            host_addresses,
+            planner,
+            watched,
+        }
+    }
+
+    fn placed(&self, service: &serde_json::Value) -> TenantService {
+        let host_name = self.planner.placement().host_name(
+            "",
+            "Service",
+            metadata_field(service, "namespace"),
+            metadata_field(service, "name"),
+        );
+        let ip = self.host_addresses.get(&host_name).map(String::as_str);
+        TenantService::placed(service, ip, self.planner.policy())
+    }
+}
+
+fn metadata_field<'v>(object: &'v serde_json::Value, field: &str) -> &'v str {
+    object
+        .pointer(&format!("/metadata/{field}"))
+        .and_then(serde_json::Value::as_str)
+        .unwrap_or_default()
+}
+
+impl TenantServices for PodInputs<'_> {
+    fn service(&self, namespace: &str, name: &str) -> Option<TenantService> {
+        self.by_namespace
+            .get(namespace)?
+            .iter()
+            .find(|s| metadata_field(s, "name") == name)
+            .map(|s| self.placed(s))
+    }
+
+    fn services_in(&self, namespace: &str) -> Vec<TenantService> {
+        self.by_namespace
+            .get(namespace)
+            .into_iter()
+            .flatten()
+            .map(|s| self.placed(s))
+            .collect()
+    }
+
+    fn known(&self) -> Result<(), String> {
+        if self.watched {
+            Ok(())
+        } else {
+            Err("the SyncPolicy syncs no Services".into())
+        }
+    }
 }
 
 fn read_host_state(paths: &[PathBuf]) -> anyhow::Result<HostState> {
@@ -799,6 +990,8 @@ struct Row {
     /// For the table: the subject of an object the host refuses, and what the tenant control
     /// plane does with it at apply time.
     refused: Option<(String, AtApply)>,
+    /// For the table: the subject of a pod whose host pod is created, and what it sees there.
+    pod: Option<(String, String)>,
     counted: Counted,
 }
 
@@ -811,11 +1004,17 @@ enum RowText {
 
 impl Row {
     /// The table's row of a planned object, from its plan.
-    fn planned_cells(subject: &SourceIdentity, plan: &Plan, at_apply: Option<AtApply>) -> Row {
+    fn planned_cells(
+        subject: &SourceIdentity,
+        plan: &Plan,
+        at_apply: Option<AtApply>,
+        pod: Option<&PodWorld>,
+    ) -> Row {
         let source = format!("{}/{}/{}", subject.kind, subject.namespace, subject.name);
         Row {
             text: RowText::Cells(plan_cells(source.clone(), plan)),
-            refused: at_apply.map(|at_apply| (source, at_apply)),
+            refused: at_apply.map(|at_apply| (source.clone(), at_apply)),
+            pod: pod.map(|pod| (source, pod.describe())),
             counted: Counted::Outcome(plan.outcome),
         }
     }
@@ -826,14 +1025,19 @@ impl Row {
             (None, Some(u)) => Counted::Unrecorded(u.fate.outcome()),
             (None, None) => Counted::Error,
         };
-        let (text, refused) = match output {
-            OutputFormat::Table => (RowText::Cells(cells(explained)), refused(explained)),
-            OutputFormat::Json => (RowText::Element(json_element(explained)), None),
-            OutputFormat::Yaml => (RowText::Element(yaml_element(explained)), None),
+        let (text, refused, pod) = match output {
+            OutputFormat::Table => (
+                RowText::Cells(cells(explained)),
+                refused(explained),
+                pod_seen(explained),
+            ),
+            OutputFormat::Json => (RowText::Element(json_element(explained)), None, None),
+            OutputFormat::Yaml => (RowText::Element(yaml_element(explained)), None, None),
         };
         Row {
             text,
             refused,
+            pod,
             counted,
         }
     }
@@ -930,6 +1134,16 @@ fn plan_cells(source: String, plan: &Plan) -> [String; Table::COLUMNS] {
     ]
 }
 
+/// For the section after the table: a pod's subject and what it sees on the host.
+fn pod_seen(r: &Explained) -> Option<(String, String)> {
+    let planned = r.planned.as_ref()?;
+    let s = &planned.decision.subject;
+    Some((
+        format!("{}/{}/{}", s.kind, s.namespace, s.name),
+        planned.pod.as_ref()?.describe(),
+    ))
+}
+
 /// For the section after the table: a refused object's subject and what the tenant's control
 /// plane does when it is applied.
 fn refused(r: &Explained) -> Option<(String, AtApply)> {
@@ -948,6 +1162,7 @@ struct Report<W: Write> {
     output: OutputFormat,
     table: Table,
     refused: Vec<(String, AtApply)>,
+    pods: Vec<(String, String)>,
     tally: Tally,
 }
 
@@ -960,6 +1175,7 @@ impl<W: Write> Report<W> {
             output,
             table,
             refused: Vec::new(),
+            pods: Vec::new(),
             tally: Tally::default(),
         }
     }
@@ -968,6 +1184,7 @@ impl<W: Write> Report<W> {
         let first = self.tally.documents == 0;
         self.tally.count(row.counted);
         self.refused.extend(row.refused);
+        self.pods.extend(row.pod);
         match row.text {
             RowText::Cells(cells) => self.table.push(cells),
             RowText::Element(element) if self.output == OutputFormat::Json => {
@@ -986,6 +1203,7 @@ impl<W: Write> Report<W> {
             OutputFormat::Table => {
                 self.table.write(&mut self.out)?;
                 write_tenant_admission(&mut self.out, &self.refused)?;
+                write_pod_worlds(&mut self.out, &self.pods)?;
             }
             OutputFormat::Json => self.out.write_all(if empty { b"[]\n" } else { b"\n]\n" })?,
             OutputFormat::Yaml if empty => self.out.write_all(b"[]\n")?,
@@ -1016,6 +1234,21 @@ fn write_tenant_admission(
     )?;
     for (subject, at_apply) in refused {
         writeln!(out, "{subject:<width$}   {at_apply}")?;
+    }
+    Ok(())
+}
+
+/// After the table, for each pod whose host pod is created: what it sees of its tenant's cluster.
+fn write_pod_worlds(out: &mut impl Write, pods: &[(String, String)]) -> std::io::Result<()> {
+    if pods.is_empty() {
+        return Ok(());
+    }
+    writeln!(
+        out,
+        "\nWHAT EACH POD CREATED ON THE HOST SEES OF ITS TENANT"
+    )?;
+    for (subject, world) in pods {
+        writeln!(out, "{subject}\n    {world}")?;
     }
     Ok(())
 }
@@ -1080,6 +1313,8 @@ mod tests {
         let admission = planner.policy().tenant_admission("demo");
         let shared = SharedNames::new(planner.placement(), std::iter::empty());
         let host = HostState::default();
+        let world = TenantWorld::of(&default_tenant(), None);
+        let services = PodInputs::new(Vec::new(), HashMap::new(), &planner, true);
         let explainer = Explainer {
             planner: &planner,
             watches: &watches,
@@ -1087,6 +1322,7 @@ mod tests {
             admission: &admission,
             shared: &shared,
             output: OutputFormat::Json,
+            pods: (&world, &services),
         };
         let objects = [
             json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web", "namespace": "shop",
@@ -1108,7 +1344,11 @@ mod tests {
                         let at_apply = explainer.admission.at_apply(&object, &plan);
                         Explained::planned(
                             "f document 2".into(),
-                            Planned { decision, plan },
+                            Planned {
+                                decision,
+                                plan,
+                                pod: None,
+                            },
                             at_apply,
                         )
                     }

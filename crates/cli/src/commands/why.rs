@@ -754,6 +754,19 @@ fn render_decision(out: &mut String, label: &str, entry: &Entry, trace_url: &Tra
     if !d.stripped_keys.is_empty() {
         line("  stripped", d.stripped_keys.join(", "));
     }
+    for t in &d.tokens {
+        let audiences = match t.audiences.as_slice() {
+            [] => "the tenant API server's audience".to_string(),
+            audiences => format!("audience {}", audiences.join(", ")),
+        };
+        line(
+            "  token",
+            format!(
+                "key {}: ServiceAccount {}, {audiences}, expires {}",
+                t.key, t.service_account, t.expires
+            ),
+        );
+    }
     match &d.trace_id {
         Some(trace) => line("  trace", format!("{trace} {}", trace_url.link(trace))),
         None => line("  trace", "(not traced)".to_string()),

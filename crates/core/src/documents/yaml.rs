@@ -57,8 +57,8 @@ pub(super) fn read(text: &str) -> Option<Option<Value>> {
 
 /// The identity fields of a block-style object (`apiVersion`, `kind`, and `metadata` with `name`
 /// and `namespace`, as an object of only those), read from its lines without parsing the rest;
-/// `None` when the document is not one this reader answers for, and for a
-/// CustomResourceDefinition or a List, which the caller reads whole.
+/// `None` when the document is not one this reader answers for, and for a List and a document
+/// read whole ([`super::read_whole`]), which the caller reads whole.
 ///
 /// It reads lines the way a valid document is laid out: top-level keys at column 0, `metadata`'s
 /// keys at one indentation below it, values written plainly on the key's line. It answers only
@@ -107,11 +107,12 @@ pub(super) fn outline(text: &str) -> Option<Value> {
         };
         fields.insert(key.to_string(), field);
     }
+    let fields = Value::Object(fields);
     let kind = fields.get("kind").and_then(Value::as_str);
-    if kind.is_none_or(|k| k == "CustomResourceDefinition" || k.ends_with("List")) {
+    if kind.is_none_or(|k| k.ends_with("List")) || super::read_whole(&fields) {
         return None;
     }
-    Some(Value::Object(fields))
+    Some(fields)
 }
 
 /// The `name` and `namespace` of the block of `metadata`, whose first line comes next.

@@ -4,7 +4,7 @@
 
 use kube::runtime::reflector::ObjectRef;
 use serde_json::Value;
-use tenantplane_api::{SyncAction, conditions};
+use tenantplane_api::conditions;
 use tenantplane_core::pod_world::{HostAddress, PodWorld, TenantService, TenantServices};
 use tenantplane_core::{Planner, TenantObject};
 
@@ -32,21 +32,12 @@ impl ServicesInCaches<'_> {
             .caches
             .placement
             .host_name("", "Service", namespace, name);
-        let synced = match TenantObject::from_value(tenant_service.clone()) {
-            Ok(object) => {
-                let verdict = self.planner.policy().evaluate(&object);
-                match verdict.action {
-                    SyncAction::Sync => Ok(()),
-                    _ => Err(format!("{} ({})", verdict.reason, verdict.message)),
-                }
-            }
-            Err(e) => Err(e.to_string()),
-        };
         let host = self.caches.host_cached(index, &host_name);
-        TenantService::of(
-            tenant_service,
-            HostAddress::of(tenant_service, host.as_ref(), synced),
-        )
+        let host_ip = host
+            .as_ref()
+            .and_then(|h| h.pointer("/spec/clusterIP"))
+            .and_then(Value::as_str);
+        TenantService::placed(tenant_service, host_ip, self.planner.policy())
     }
 }
 
