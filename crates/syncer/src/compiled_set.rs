@@ -221,7 +221,8 @@ impl CompiledSet<'_> {
             return Ok(());
         };
         let span = trace::follow_up_span(decision);
-        let failed = reconcile::failed(decision, &e.to_string(), trace::stamp_in(&span, COMPONENT));
+        let failed =
+            reconcile::failure::failed(decision, &e.to_string(), trace::stamp_in(&span, COMPONENT));
         let _ = self
             .recorder
             .record(&key, &failed, input, None, self.started)

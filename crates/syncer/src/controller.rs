@@ -630,7 +630,8 @@ async fn record_discovery(
             "",
             &group.api_service(),
         );
-        let decision = group.decision(
+        let decision = crate::reconcile::deferred::api_group_unavailable(
+            group,
             tenant,
             policy,
             crate::trace::stamp_in(&span, crate::record::COMPONENT),

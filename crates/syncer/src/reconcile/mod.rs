@@ -6,6 +6,12 @@
 //! the planner's. Pure: no client, no clock beyond the [`Stamp`] passed in, tested without a
 //! cluster.
 //!
+//! Every [`Decision`] the syncer takes is formed here: about a tenant object (this module), about
+//! a compiled set's objects ([`compiled`]), about what cannot be decided yet ([`deferred`]), about
+//! a pod's token Secret ([`tokens`]), and the decisions closing one whose host write was not made
+//! ([`failure`]: the host refused or failed it, the host object changed since, or the syncer
+//! stopped first).
+//!
 //! ```text
 //!  tenant object ──plan (planner)──▶ verdict + placement
 //!        │                                  │ collision::check(live host object)   (re-run here:
@@ -18,18 +24,19 @@
 use serde_json::{Value, json};
 use tenantplane_api::{SyncAction, provenance};
 use tenantplane_core::collision::{self, Collision, ConflictCause, HostObjectMeta};
-use tenantplane_core::decision::{
-    Decision, HostAction, HostTarget, IssuedToken, Outcome, Stamp, Subject,
-};
+use tenantplane_core::decision::{Decision, HostAction, HostTarget, Outcome, Stamp, Subject};
 use tenantplane_core::mapping::{self, TenantPlacement};
-use tenantplane_core::pod_world::{self, MintedToken, PodWorld, TokenUpkeep};
+use tenantplane_core::pod_world::PodWorld;
 use tenantplane_core::reference::HostObjects;
 use tenantplane_core::translate::{self, HostDesired};
 use tenantplane_core::{Plan, Planner, SourceIdentity, TenantObject};
 
-use crate::writer::{Write, WriteError, WriteFailure};
+use crate::writer::Write;
 
 pub mod compiled;
+pub mod deferred;
+pub mod failure;
+pub mod tokens;
 
 /// The result of reconciling one tenant object.
 #[derive(Clone, Debug, PartialEq)]
@@ -364,253 +371,6 @@ pub fn reconcile_absent(
     })
 }
 
-/// A decision about a tenant object that could not be planned because a dependency (the planner)
-/// is unavailable: nothing is guessed and nothing is written.
-pub fn deferred(
-    tenant: &TenantPlacement,
-    object: &TenantObject,
-    reason: &str,
-    message: &str,
-    stamp: Stamp,
-) -> Decision {
-    let id = &object.identity;
-    Decision {
-        id: stamp.id,
-        time: stamp.time,
-        tenant: tenant.tenant.clone(),
-        subject: Subject {
-            api_version: id.api_version.clone(),
-            kind: id.kind.clone(),
-            namespace: id.namespace.clone(),
-            name: id.name.clone(),
-            uid: id.uid.clone(),
-            resource_version: object.resource_version.clone().unwrap_or_default(),
-        },
-        target: None,
-        outcome: Outcome::Deferred,
-        action: HostAction::None,
-        policy: None,
-        profile: None,
-        reason: reason.into(),
-        message: message.into(),
-        field_path: None,
-        stripped_keys: Vec::new(),
-        input_digest: tenantplane_core::planner::input_digest(&object.object),
-        mapping_version: tenant.mapping.to_string(),
-        component: stamp.component,
-        component_version: stamp.component_version,
-        trace_id: stamp.trace_id,
-        span_id: stamp.span_id,
-        closes: None,
-        tokens: Vec::new(),
-    }
-}
-
-/// The decision to put tokens of a tenant pod's own ServiceAccount (`service_account`) into its
-/// token Secret `secret` (what `upkeep` found of it): issued when there is none (Create), else
-/// refreshed or replaced (Update). It names each token's ServiceAccount, audiences, expiry and
-/// key; never a token.
-pub fn tokens_issued(
-    tenant: &TenantPlacement,
-    pod: &TenantObject,
-    secret: &str,
-    upkeep: &TokenUpkeep,
-    minted: &[MintedToken],
-    service_account: &str,
-    stamp: Stamp,
-) -> Decision {
-    let (action, reason, why) = match upkeep {
-        TokenUpkeep::Issue => (
-            HostAction::Create,
-            "ServiceAccountTokenIssued",
-            String::new(),
-        ),
-        TokenUpkeep::Replace(why) => (
-            HostAction::Update,
-            "ServiceAccountTokenIssued",
-            format!(" (the Secret was replaced: {why})"),
-        ),
-        _ => (
-            HostAction::Update,
-            "ServiceAccountTokenRefreshed",
-            String::new(),
-        ),
-    };
-    let tokens: Vec<IssuedToken> = minted
-        .iter()
-        .map(|t| IssuedToken {
-            audiences: t.request.audience.iter().cloned().collect(),
-            expires: t.expires,
-            key: t.request.key.clone(),
-            service_account: service_account.to_string(),
-        })
-        .collect();
-    let each: Vec<String> = minted
-        .iter()
-        .map(|t| {
-            format!(
-                "{} (audience {}, expires {}, refreshed at {})",
-                t.request.key,
-                t.request
-                    .audience
-                    .as_deref()
-                    .unwrap_or("of the tenant API server"),
-                t.expires,
-                pod_world::refresh_at(t.issued, t.expires)
-            )
-        })
-        .collect();
-    let message = format!(
-        "tokens of ServiceAccount {service_account} from the tenant API server's TokenRequest, \
-         bound to pod {} (uid {}), in host Secret {}/{secret}{why}: {}",
-        pod.identity,
-        pod.identity.uid,
-        tenant.host_namespace,
-        each.join("; ")
-    );
-    let mut d = pod_token_decision(tenant, pod, secret, Outcome::Synced, reason, message, stamp);
-    d.action = action;
-    d.tokens = tokens;
-    d
-}
-
-/// The decision that a tenant pod gets no tokens now: its TokenRequest failed (`Failed`,
-/// retried) or something else is at its token Secret's name (`Conflict`, left untouched).
-pub fn tokens_refused(
-    tenant: &TenantPlacement,
-    pod: &TenantObject,
-    secret: &str,
-    outcome: Outcome,
-    reason: &str,
-    message: String,
-    stamp: Stamp,
-) -> Decision {
-    pod_token_decision(tenant, pod, secret, outcome, reason, message, stamp)
-}
-
-fn pod_token_decision(
-    tenant: &TenantPlacement,
-    pod: &TenantObject,
-    secret: &str,
-    outcome: Outcome,
-    reason: &str,
-    message: String,
-    stamp: Stamp,
-) -> Decision {
-    let id = &pod.identity;
-    Decision {
-        id: stamp.id,
-        time: stamp.time,
-        tenant: tenant.tenant.clone(),
-        subject: Subject {
-            api_version: id.api_version.clone(),
-            kind: id.kind.clone(),
-            namespace: id.namespace.clone(),
-            name: id.name.clone(),
-            uid: id.uid.clone(),
-            resource_version: pod.resource_version.clone().unwrap_or_default(),
-        },
-        target: Some(HostTarget {
-            api_version: "v1".into(),
-            kind: "Secret".into(),
-            namespace: tenant.host_namespace.clone(),
-            name: secret.to_string(),
-        }),
-        outcome,
-        action: HostAction::None,
-        policy: None,
-        profile: None,
-        reason: reason.into(),
-        message,
-        field_path: None,
-        stripped_keys: Vec::new(),
-        input_digest: tenantplane_core::planner::input_digest(&pod.object),
-        mapping_version: tenant.mapping.to_string(),
-        component: stamp.component,
-        component_version: stamp.component_version,
-        trace_id: stamp.trace_id,
-        span_id: stamp.span_id,
-        closes: None,
-        tokens: Vec::new(),
-    }
-}
-
-/// The decision that `decision` was not carried out, its host write having failed with `error`
-/// (recorded; whether and when the object is decided again is the caller's, by
-/// [`WriteError::failure`]): superseded when the host object changed since (a 409), refused by
-/// the host for its content, otherwise failed.
-pub fn unapplied(decision: &Decision, error: &WriteError, stamp: Stamp) -> Decision {
-    let answer = error.to_string();
-    match error.failure {
-        WriteFailure::Changed => superseded(decision, &answer, stamp),
-        WriteFailure::Refused => refused_by_host(decision, &answer, stamp),
-        WriteFailure::Failed => failed(decision, &answer, stamp),
-    }
-}
-
-/// A decision turned into Failed because its host write failed (recorded; the key is retried).
-pub fn failed(decision: &Decision, error: &str, stamp: Stamp) -> Decision {
-    closing(
-        decision,
-        "HostWriteFailed",
-        format!(
-            "{} of the host object failed (decision {} stands unapplied): {error}",
-            decision.action.as_str(),
-            decision.id
-        ),
-        stamp,
-    )
-}
-
-/// A decision turned into Failed because the host object changed between the state it was taken
-/// on and its write, whose precondition refused it (409): nothing was written, and the object is
-/// decided again on fresh state.
-fn superseded(decision: &Decision, error: &str, stamp: Stamp) -> Decision {
-    closing(
-        decision,
-        "HostObjectChanged",
-        format!(
-            "{} of the host object refused: it changed since decision {} was taken, which \
-             stands unapplied; decided again on the host's current state ({error})",
-            decision.action.as_str(),
-            decision.id
-        ),
-        stamp,
-    )
-}
-
-/// A decision turned into Failed because the host API server refused its write for what it
-/// writes (admission, such as Pod Security, 403; or validation, 422): the same content would be
-/// refused again, so it is not retried with backoff but when the tenant object changes, and at
-/// the next resync.
-fn refused_by_host(decision: &Decision, error: &str, stamp: Stamp) -> Decision {
-    closing(
-        decision,
-        "HostRefused",
-        format!(
-            "{} of the host object refused by the host API server (decision {} stands \
-             unapplied; tried again when the tenant object changes, and at the next resync): \
-             {error}",
-            decision.action.as_str(),
-            decision.id
-        ),
-        stamp,
-    )
-}
-
-/// The Failed decision closing `decision`, whose host write was not made: `decision` with the
-/// stamp's id and time, the reason and the message.
-fn closing(decision: &Decision, reason: &str, message: String, stamp: Stamp) -> Decision {
-    let mut d = decision.clone();
-    d.id = stamp.id;
-    d.time = stamp.time;
-    d.outcome = Outcome::Failed;
-    d.reason = reason.into();
-    d.message = message;
-    d.closes = Some(decision.id.clone());
-    d
-}
-
 /// Whether a field manager other than `manager` has written `object` (its managedFields).
 pub fn written_by_another_manager(object: &Value, manager: &str) -> bool {
     object
@@ -645,7 +405,7 @@ mod tests {
     use tenantplane_core::CompiledPolicy;
     use tenantplane_core::planner::HostState;
 
-    fn tenant() -> TenantPlacement {
+    pub(super) fn tenant() -> TenantPlacement {
         TenantPlacement {
             tenant: "acme".into(),
             host_namespace: "tenant-acme".into(),
@@ -673,20 +433,20 @@ mod tests {
     }
 
     /// The step for `o` planned against an empty host snapshot, with `host` live at its target.
-    fn decide(p: &Planner, o: &TenantObject, host: Option<&Value>) -> Step {
+    pub(super) fn decide(p: &Planner, o: &TenantObject, host: Option<&Value>) -> Step {
         reconcile_present(p, o, &p.plan(o, &HostState::default()), live(host), stamp())
     }
 
-    fn planner() -> Planner {
+    pub(super) fn planner() -> Planner {
         let t = Tenant::new("acme", Default::default());
         Planner::new(&t, CompiledPolicy::builtin_default())
     }
 
-    fn stamp() -> Stamp {
+    pub(super) fn stamp() -> Stamp {
         Stamp::now("tenantplane-syncer")
     }
 
-    fn cm(data: &str) -> TenantObject {
+    pub(super) fn cm(data: &str) -> TenantObject {
         TenantObject::from_value(json!({"apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": "cfg", "namespace": "web", "uid": "u1", "resourceVersion": "3"},
             "data": {"k": data}}))
@@ -924,55 +684,6 @@ mod tests {
             step.decision.stripped_keys,
             vec!["label tenantplane.io/tenant"]
         );
-    }
-
-    /// A write that failed with the API server's answer `code`.
-    fn write_error(code: u16, message: &str) -> WriteError {
-        WriteError::from(kube::Error::Api(Box::new(kube::core::Status {
-            code,
-            message: message.into(),
-            ..Default::default()
-        })))
-    }
-
-    #[test]
-    fn a_write_refused_by_its_precondition_is_recorded_as_not_applied() {
-        let p = planner();
-        let o = cm("a");
-        let create = decide(&p, &o, None);
-        let d = unapplied(
-            &create.decision,
-            &write_error(409, "AlreadyExists"),
-            stamp(),
-        );
-        assert_eq!(d.outcome, Outcome::Failed);
-        assert_eq!(d.reason, "HostObjectChanged");
-        assert_ne!(d.id, create.decision.id);
-        assert_eq!(d.closes.as_deref(), Some(create.decision.id.as_str()));
-        assert!(
-            d.message.contains(&create.decision.id) && d.message.contains("stands unapplied"),
-            "{}",
-            d.message
-        );
-    }
-
-    #[test]
-    fn a_write_refused_for_its_content_or_failing_otherwise_is_recorded_as_such() {
-        let p = planner();
-        let o = cm("a");
-        let create = decide(&p, &o, None);
-        let d = unapplied(
-            &create.decision,
-            &write_error(403, "violates PodSecurity"),
-            stamp(),
-        );
-        assert_eq!(
-            (d.outcome, d.reason.as_str()),
-            (Outcome::Failed, "HostRefused")
-        );
-        assert!(d.message.contains("violates PodSecurity"), "{}", d.message);
-        let d = unapplied(&create.decision, &write_error(503, "unavailable"), stamp());
-        assert_eq!(d.reason, "HostWriteFailed");
     }
 
     #[test]

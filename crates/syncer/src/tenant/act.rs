@@ -2,7 +2,7 @@
 //! server-side apply or delete with the precondition on the host object the decision saw. Its
 //! outcome goes back where it belongs: the write to the own-write rules of the caches until the
 //! host watch shows it, the recorded action confirmed carried out; or, when it failed, the
-//! failure to [`reconcile::unapplied`], whose decision is recorded, and a retry.
+//! failure to [`reconcile::failure::unapplied`], whose decision is recorded, and a retry.
 
 use std::time::Instant;
 
@@ -61,8 +61,11 @@ impl Worker {
                 // the log says the decision was not applied. A 409 means the host object changed
                 // since the decision (someone wrote at the name): decided again on fresh state.
                 let span = trace::follow_up_span(&step.decision);
-                let failed =
-                    reconcile::unapplied(&step.decision, &e, trace::stamp_in(&span, COMPONENT));
+                let failed = reconcile::failure::unapplied(
+                    &step.decision,
+                    &e,
+                    trace::stamp_in(&span, COMPONENT),
+                );
                 let _ = self
                     .recorder
                     .record(

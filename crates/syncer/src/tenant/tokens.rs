@@ -105,7 +105,7 @@ impl Worker {
                 return;
             }
             TokenUpkeep::Foreign(why) => {
-                let d = reconcile::tokens_refused(
+                let d = reconcile::tokens::refused(
                     tenant,
                     pod,
                     &secret_name,
@@ -132,7 +132,7 @@ impl Worker {
             let minted = match self.mint(pod, &service_account, &requests).await {
                 Ok(minted) => minted,
                 Err(e) => {
-                    let d = reconcile::tokens_refused(
+                    let d = reconcile::tokens::refused(
                         tenant,
                         pod,
                         &secret_name,
@@ -153,7 +153,7 @@ impl Worker {
                     return;
                 }
             };
-            let decision = reconcile::tokens_issued(
+            let decision = reconcile::tokens::issued(
                 tenant,
                 pod,
                 &secret_name,
@@ -207,8 +207,11 @@ impl Worker {
                 }
                 Err(e) => {
                     let span = trace::follow_up_span(&decision);
-                    let failed =
-                        reconcile::unapplied(&decision, &e, trace::stamp_in(&span, COMPONENT));
+                    let failed = reconcile::failure::unapplied(
+                        &decision,
+                        &e,
+                        trace::stamp_in(&span, COMPONENT),
+                    );
                     let _ = self
                         .recorder
                         .record(
