@@ -22,7 +22,8 @@ use tracing::Instrument as _;
 use crate::compiled_set::{Compiled, CompiledSet, Origin, Resolver, Stale};
 use crate::metrics::SyncMetrics;
 use crate::reconcile::compiled::Source;
-use crate::record::{DecisionRecorder, TenantLedger};
+use crate::record::DecisionRecorder;
+use crate::tenant_status::TenantLedger;
 use crate::writer::Writer;
 
 /// Annotation on the host namespace: the isolation objects last applied (JSON list of refs).

@@ -48,6 +48,7 @@ pub mod settle;
 pub mod shard;
 pub mod tenant;
 pub mod tenant_admission;
+pub mod tenant_status;
 pub mod trace;
 pub mod writer;
 

@@ -43,7 +43,8 @@ use crate::compiled_set::{
     Applied, Compiled, CompiledSet, ObjectWrite, Origin, Resolver, Stale, Verdict,
 };
 use crate::reconcile::compiled;
-use crate::record::{COMPONENT, DecisionRecorder, TenantLedger};
+use crate::record::{COMPONENT, DecisionRecorder};
+use crate::tenant_status::TenantLedger;
 use crate::trace;
 use crate::writer::{Write, Writer};
 

@@ -61,9 +61,8 @@ use crate::planner::PlanService;
 use crate::queue::WorkQueue;
 use crate::ratelimit::RateLimiter;
 use crate::reconcile::{self, Step};
-use crate::record::{
-    COMPONENT, DecisionLog, DecisionRecorder, RecordError, Recorded, TenantLedger,
-};
+use crate::record::{COMPONENT, DecisionLog, DecisionRecorder, RecordError, Recorded};
+use crate::tenant_status::TenantLedger;
 use crate::trace;
 use crate::writer::Writer;
 use caches::{Caches, Gathered, Kind, LiveView, OWN_WRITE_PATIENCE};

@@ -1,11 +1,11 @@
 //! The Tenant controller in the host cluster: finalizer, host namespace, isolation, the tenant
-//! control plane connection, and one [`TenantRuntime`](crate::tenant::TenantRuntime) per Tenant.
+//! control plane connection, and one [`TenantRuntime`](crate::tenant::TenantRuntime) per Tenant
+//! ([`runtimes`]: the runtime table).
 //!
 //! A Tenant is reconciled when its spec, identity, deletion or finalizer change (not its status,
 //! which the syncer itself writes), when its SyncPolicy or IsolationProfile changes, and every
-//! resync period; a failing reconcile is retried with exponential backoff. Deleting a Tenant stops its runtime and removes, from its host namespace,
-//! only what tenantplane owns (`tenantplane.io/managed=true` and `tenantplane.io/tenant=<name>`),
-//! then the namespace itself if tenantplane created it.
+//! resync period; a failing reconcile is retried with exponential backoff. Deleting a Tenant is
+//! [`cleanup`]'s.
 
 use std::collections::HashMap;
 use std::hash::{Hash as _, Hasher as _};
@@ -15,9 +15,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Namespace, Secret};
-use kube::api::{Api, DynamicObject, ListParams, PostParams};
-use kube::core::ApiResource;
-use kube::discovery::{Scope, verbs};
+use kube::api::{Api, PostParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::{PredicateConfig, WatchStreamExt as _, watcher};
@@ -32,11 +30,17 @@ use tracing::Instrument as _;
 
 use crate::discovery;
 use crate::isolation::{self, IsolationService};
-use crate::record::{DecisionRecorder, TenantLedger, flush_loop};
+use crate::record::DecisionRecorder;
 use crate::shard::Shard;
-use crate::tenant::{self, Shared, TenantRuntime};
+use crate::tenant::{self, Shared};
 use crate::tenant_admission;
-use crate::writer::Write;
+use crate::tenant_status::TenantLedger;
+
+mod cleanup;
+mod runtimes;
+
+use cleanup::cleanup;
+use runtimes::{Books, Running};
 
 pub use tenantplane_api::tenant::FINALIZER;
 /// Annotation on a host namespace tenantplane created (and so may delete).
@@ -60,12 +64,6 @@ impl Error {
     }
 }
 
-#[derive(Debug)]
-struct Running {
-    fingerprint: String,
-    runtime: TenantRuntime,
-}
-
 /// What the Tenant controller shares between reconciles.
 #[derive(Debug)]
 pub struct Context {
@@ -83,132 +81,6 @@ pub struct Context {
     books: Mutex<HashMap<String, Books>>,
     /// Consecutive failed reconciles per Tenant, for the retry backoff.
     failures: std::sync::Mutex<HashMap<String, u32>>,
-}
-
-/// What is recorded about one Tenant outside its tenant runtime: the ledger (flushed to its
-/// status by `flusher`) and the recorder of the decisions the Tenant controller takes itself
-/// (isolation, unavailable API groups), which have no tenant object to send Events to.
-#[derive(Debug)]
-struct Books {
-    ledger: TenantLedger,
-    host_side: DecisionRecorder,
-    flusher: tokio::task::JoinHandle<()>,
-}
-
-impl Context {
-    /// A context with nothing running yet.
-    pub fn new(
-        shared: Arc<Shared>,
-        isolation: Arc<dyn IsolationService>,
-        resync: Duration,
-        status_interval: Duration,
-        shard: Option<Arc<Shard>>,
-    ) -> Arc<Self> {
-        Arc::new(Context {
-            shared,
-            isolation,
-            resync,
-            status_interval,
-            shard,
-            running: Mutex::new(HashMap::new()),
-            books: Mutex::new(HashMap::new()),
-            failures: std::sync::Mutex::new(HashMap::new()),
-        })
-    }
-
-    /// Whether every running tenant has listed its watches once.
-    pub async fn all_ready(&self) -> bool {
-        self.running
-            .lock()
-            .await
-            .values()
-            .all(|r| *r.runtime.ready.borrow())
-    }
-
-    /// Whether this replica serves the Tenant `name` (always, unless sharded); `running`: it
-    /// already does.
-    fn serves(&self, name: &str, running: bool) -> bool {
-        self.shard
-            .as_ref()
-            .is_none_or(|shard| shard.serves(name, running))
-    }
-
-    /// Stops serving the Tenant `name`: its runtime and the writing of its status.
-    async fn stop_serving(&self, name: &str) {
-        let stopped = self.running.lock().await.remove(name).is_some();
-        if let Some(books) = self.books.lock().await.remove(name) {
-            books.flusher.abort();
-        }
-        self.shared.metrics.serving(name, false);
-        if stopped {
-            tracing::info!(tenant = %name, "tenant runtime stopped");
-        }
-    }
-
-    /// Stops the runtimes and status writers of the Tenants this replica no longer serves.
-    async fn stop_unserved(&self) {
-        let mut names: Vec<String> = self.running.lock().await.keys().cloned().collect();
-        names.extend(self.books.lock().await.keys().cloned());
-        names.sort();
-        names.dedup();
-        for name in names {
-            if !self.serves(&name, true) {
-                self.stop_serving(&name).await;
-            }
-        }
-    }
-
-    /// Stops every tenant runtime and status writer (shutdown).
-    pub async fn stop_all(&self) {
-        let names: Vec<String> = self.books.lock().await.keys().cloned().collect();
-        for name in names {
-            self.stop_serving(&name).await;
-        }
-        self.running.lock().await.clear();
-    }
-
-    /// The Tenant's ledger and the recorder of its controller's decisions (isolation, discovery),
-    /// started on first use. The ledger continues from the counts the Tenant's status already
-    /// shows (see [`TenantLedger::continuing`]).
-    async fn books(&self, tenant: &Tenant) -> (TenantLedger, DecisionRecorder) {
-        let mut books = self.books.lock().await;
-        let name = tenant.name().to_string();
-        if let Some(b) = books.get(&name) {
-            return (b.ledger.clone(), b.host_side.clone());
-        }
-        let ledger = TenantLedger::continuing(tenant.status.as_ref());
-        let flusher = tokio::spawn(flush_loop(
-            self.shared.host.clone(),
-            name.clone(),
-            tenant.uid(),
-            ledger.clone(),
-            self.status_interval,
-        ));
-        let host_side = DecisionRecorder::host_side(
-            ledger.clone(),
-            self.shared.log.clone(),
-            self.shared.metrics.clone(),
-        );
-        books.insert(
-            name,
-            Books {
-                ledger: ledger.clone(),
-                host_side: host_side.clone(),
-                flusher,
-            },
-        );
-        (ledger, host_side)
-    }
-}
-
-impl Drop for Context {
-    fn drop(&mut self) {
-        if let Ok(books) = self.books.try_lock() {
-            for b in books.values() {
-                b.flusher.abort();
-            }
-        }
-    }
 }
 
 /// Runs the Tenant controller until the stream ends (shutdown), and, when sharded, the
@@ -667,41 +539,6 @@ async fn ensure_namespace(host: &Client, tenant: &Tenant, host_ns: &str) -> anyh
     }
 }
 
-/// Removes the Tenant's admission objects from its control plane, each removal a recorded
-/// decision. A control plane that cannot be reached (perhaps gone before its Tenant) is left as
-/// it is, with a warning.
-async fn remove_tenant_admission(tenant: &Tenant, ctx: &Context) {
-    let host = &ctx.shared.host;
-    let name = tenant.name_any();
-    let removed = async {
-        let policy = match &tenant.spec.sync_policy_ref {
-            Some(p) => Api::<SyncPolicy>::all(host.clone()).get_opt(p).await?,
-            None => None,
-        };
-        let compiled = match &policy {
-            Some(p) => CompiledPolicy::compile(p)?,
-            None => CompiledPolicy::builtin_default(),
-        };
-        let yaml = read_kubeconfig(host, tenant).await?;
-        let client = connect(&yaml, tenant.spec.control_plane.context.as_deref()).await?;
-        let recorder = DecisionRecorder::host_side(
-            TenantLedger::default(),
-            ctx.shared.log.clone(),
-            ctx.shared.metrics.clone(),
-        );
-        let source = tenant_admission::Source::new(tenant, policy.as_ref(), &compiled);
-        tenant_admission::remove_namespace_labels(&client, &recorder, &source).await?;
-        tenant_admission::remove(&client, &recorder, &source).await
-    }
-    .await;
-    match removed {
-        Ok(n) => tracing::info!(tenant = %name, removed = n, "tenant admission removed"),
-        Err(e) => {
-            tracing::warn!(tenant = %name, error = %format!("{e:#}"), "tenant admission left in place")
-        }
-    }
-}
-
 async fn read_kubeconfig(host: &Client, tenant: &Tenant) -> anyhow::Result<String> {
     let r = &tenant.spec.control_plane.kubeconfig_secret;
     let secret = Api::<Secret>::namespaced(host.clone(), &r.namespace)
@@ -737,103 +574,6 @@ pub async fn connect(kubeconfig: &str, context: Option<&str>) -> anyhow::Result<
         .await
         .context("reaching the tenant control plane")?;
     Ok(client)
-}
-
-async fn cleanup(tenant: &Tenant, ctx: &Context) -> Result<Action, Error> {
-    let name = tenant.name().to_string();
-    let host_ns = tenant.host_namespace();
-    ctx.stop_serving(&name).await;
-    let host = &ctx.shared.host;
-    remove_tenant_admission(tenant, ctx).await;
-    let selector = format!(
-        "{}=true,{}={}",
-        provenance::MANAGED,
-        provenance::TENANT,
-        name
-    );
-    let groups = discovery::served_groups(host)
-        .await
-        .context("discovering the host API for cleanup")?;
-    let mut resources = Vec::new();
-    for (group, versions) in &groups {
-        // The preferred version: a kind is cleaned up once, whatever the versions it is served
-        // at. A group that does not answer holds nothing tenantplane wrote (the syncer writes
-        // the kinds it synced and compiled, all served by the host API server itself).
-        let Some(version) = versions.first() else {
-            continue;
-        };
-        match discovery::group_version_resources(host, group, version).await {
-            Ok(found) => resources.extend(found),
-            Err(unavailable) => tracing::warn!(
-                tenant = %name,
-                group = %unavailable.group_version(),
-                error = %unavailable.error,
-                "host API group unavailable during cleanup"
-            ),
-        }
-    }
-    let mut removed = 0usize;
-    for (ar, caps) in resources {
-        if !caps.supports_operation(verbs::LIST)
-            || !caps.supports_operation(verbs::DELETE)
-            || ar.plural.contains('/')
-            || ar.kind == "Namespace"
-            || ar.kind == "Event"
-        {
-            continue;
-        }
-        let api: Api<DynamicObject> = match caps.scope {
-            Scope::Namespaced => Api::namespaced_with(host.clone(), &host_ns, &ar),
-            // Cluster-scoped objects (admission policies) labelled for this tenant.
-            Scope::Cluster => Api::all_with(host.clone(), &ar),
-        };
-        let list = match api
-            .list_metadata(&ListParams::default().labels(&selector))
-            .await
-        {
-            Ok(l) => l,
-            Err(e) => {
-                tracing::debug!(kind = %ar.kind, error = %e, "cleanup list");
-                continue;
-            }
-        };
-        for obj in list {
-            let namespace = obj.namespace().unwrap_or_default();
-            let delete = Write::Delete {
-                name: obj.name_any(),
-                uid: obj.uid(),
-            };
-            ctx.shared
-                .host_writer
-                .write(&api, &ar.kind, &namespace, &delete)
-                .await
-                .with_context(|| format!("deleting {} {}", ar.kind, obj.name_any()))?;
-            removed += 1;
-        }
-    }
-    let namespaces: Api<Namespace> = Api::all(host.clone());
-    if let Some(ns) = namespaces
-        .get_opt(&host_ns)
-        .await
-        .context("reading the host namespace")?
-        && ns.annotations().get(CREATED_ANNOTATION).map(String::as_str)
-            == Some(crate::record::COMPONENT)
-        && ns.labels().get(provenance::TENANT) == Some(&name)
-    {
-        let api: Api<DynamicObject> =
-            Api::all_with(host.clone(), &ApiResource::erase::<Namespace>(&()));
-        let delete = Write::Delete {
-            name: host_ns.clone(),
-            uid: ns.uid(),
-        };
-        ctx.shared
-            .host_writer
-            .write(&api, "Namespace", "", &delete)
-            .await
-            .map_err(anyhow::Error::from)?;
-    }
-    tracing::info!(tenant = %name, removed, "tenant cleaned up");
-    Ok(Action::await_change())
 }
 
 #[cfg(test)]
