@@ -17,15 +17,15 @@
 //!    settle  (here)     what is in place remembered; status and cluster IPs up (upsync); retries
 //! ```
 //!
-//! `runtime` starts and stops it; `watches` fills the caches and queues keys; `caches` holds what decisions read, with the
-//! own-write rules (nothing is decided on a cache that does not show this syncer's last write
-//! yet); `upsync` brings up what flows from the host (status, a Service's cluster IPs, the
-//! Endpoints of a selector Service). Besides the synced kinds, the host namespace's objects of
-//! every kind a tenant object may name
-//! ([`REFERENCEABLE_KINDS`](tenantplane_core::reference::REFERENCEABLE_KINDS)) are watched, so that the
-//! reference check sees what each reference resolves to. Under mapping v1 an index of tenant
-//! objects by host name finds the objects that share one, so which of them takes it does not
-//! depend on event order.
+//! `runtime` starts and stops it; `watches` fills the caches and queues keys; `caches` holds what
+//! decisions read, with the own-write rules (nothing is decided on a cache that does not show this
+//! syncer's last write yet); `upsync` brings up what flows from the host (status, a Service's
+//! cluster IPs, the Endpoints of a selector Service). Besides the synced kinds, the host
+//! namespace's objects of every kind a tenant object may name
+//! ([`REFERENCEABLE_KINDS`](tenantplane_core::reference::REFERENCEABLE_KINDS)) are watched, so that
+//! the reference check sees what each reference resolves to. Under mapping v1 an index of tenant
+//! objects by host name finds the objects that share one, so which of them takes it does not depend
+//! on event order.
 
 mod act;
 mod caches;
