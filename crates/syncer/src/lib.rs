@@ -14,19 +14,21 @@
 //!       └── up-sync: status, Endpoints, cluster IPs ◀── settle ◀── act (host write)
 //! ```
 //!
-//! Layers, least powerful first: [`reconcile`] is pure (tenant object, plan, host object →
-//! decision and host write) and tested without a cluster; [`record`] is the one place a decision
-//! is recorded; [`discovery`] finds the kinds a Tenant's policy syncs in its control plane, one
-//! API group version at a time; [`tenant`] is the runtime of one tenant, a module a step of the
-//! path of its objects: `tenant::watches` (the watches and the keys they queue), `tenant::caches`
-//! (gather: what decisions read, with the own-write rules), `tenant::plan` (the planner call of a
-//! batch, through [`planner`]), decide ([`reconcile`]), record ([`record`]), `tenant::act` (the
-//! host write), then settle, with `tenant::upsync` (status, Endpoints and Service cluster IPs up
-//! into the tenant control plane); [`settle`] closes the open host actions an earlier life left;
-//! [`controller`] runs the Tenant controller; [`run`] wires everything from a [`Config`].
-//! [`trace`] opens one span per decision and [`metrics`] counts and times them. [`shard`] splits
-//! the Tenants between several replicas through Leases. [`tenant_admission`] keeps the SyncPolicy's
-//! Reject rules enforced at admission in each tenant control plane.
+//! Layers, least powerful first: [`reconcile`] is pure (tenant object, plan, host object → decision
+//! and host write), forms every decision the syncer takes and is tested without a cluster;
+//! [`writer`] makes every write; [`record`] is the one place a decision is recorded, and
+//! [`tenant_status`] writes what it tallied to the Tenant's status; [`discovery`] finds the kinds a
+//! Tenant's policy syncs in its control plane, one API group version at a time; [`tenant`] is the
+//! runtime of one tenant, a module a step of the path of its objects: `tenant::watches` (the
+//! watches and the keys they queue), `tenant::caches` (gather: what decisions read, with the
+//! own-write rules), `tenant::plan` (the planner call of a batch, through [`planner`]), decide
+//! ([`reconcile`]), record ([`record`]), `tenant::act` (the host write), then settle, with
+//! `tenant::upsync` (status, Endpoints and Service cluster IPs up into the tenant control plane);
+//! [`settle`] closes the open host actions an earlier life left; [`controller`] runs the Tenant
+//! controller (its runtime table, a deleted Tenant's cleanup); [`run`] wires everything from a
+//! [`Config`]. [`trace`] opens one span per decision and [`metrics`] counts and times them.
+//! [`shard`] splits the Tenants between several replicas through Leases. [`tenant_admission`] keeps
+//! the SyncPolicy's Reject rules enforced at admission in each tenant control plane.
 //! docs/syncer.md describes the behaviour and its guarantees.
 
 #![forbid(unsafe_code)]
