@@ -7,7 +7,7 @@
 //! metrics-server often is, or one that answers garbage) costs its own kinds and nothing else:
 //! it is reported as an [`UnavailableGroup`], which the Tenant controller turns into a condition
 //! message and a Deferred decision about the group's APIService
-//! ([`crate::reconcile::api_group_unavailable`]), and looks at again sooner than the usual
+//! ([`crate::reconcile::deferred::api_group_unavailable`]), and looks at again sooner than the usual
 //! resync. Only a control plane whose group list (`/api`, `/apis`) cannot be read is
 //! unreachable.
 

@@ -1,6 +1,6 @@
 //! Isolation: compile the Tenant's IsolationProfile (the isolation-compiler service, or the same
 //! library in-process), keep the compiled objects in its host namespace as a
-//! [`CompiledSet`](crate::compiled_set::CompiledSet) (applied, pruned, each write a recorded
+//! [`CompiledSet`] (applied, pruned, each write a recorded
 //! decision), remember what was applied on the host namespace so that a restarted syncer prunes
 //! too, and say how it went in the Tenant's `IsolationApplied` condition ([`keep`]).
 

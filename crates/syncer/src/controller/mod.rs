@@ -1,11 +1,11 @@
 //! The Tenant controller in the host cluster: finalizer, host namespace, isolation, the tenant
 //! control plane connection, and one [`TenantRuntime`](crate::tenant::TenantRuntime) per Tenant
-//! ([`runtimes`]: the runtime table).
+//! (`runtimes`: the runtime table).
 //!
 //! A Tenant is reconciled when its spec, identity, deletion or finalizer change (not its status,
 //! which the syncer itself writes), when its SyncPolicy or IsolationProfile changes, and every
 //! resync period; a failing reconcile is retried with exponential backoff. Deleting a Tenant is
-//! [`cleanup`]'s.
+//! `cleanup`'s.
 
 use std::collections::HashMap;
 use std::hash::{Hash as _, Hasher as _};

@@ -5,7 +5,7 @@
 //! own API server refuses at apply time what the host side would refuse.
 //!
 //! The Pod Security labels go on every namespace of the tenant control plane but kube-system,
-//! kube-public and kube-node-lease ([`namespace_labels`], which watches the namespaces, so
+//! kube-public and kube-node-lease (`namespace_labels`, which watches the namespaces, so
 //! that a new one is labelled as soon as it appears): a JSON merge patch of the six
 //! `pod-security.kubernetes.io/` labels and the `tenantplane.io/isolation-profile` annotation,
 //! each a recorded decision; when the Tenant names no profile any more, the labels of the

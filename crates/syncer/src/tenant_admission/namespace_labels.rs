@@ -26,13 +26,14 @@ use crate::record::{COMPONENT, DecisionRecorder};
 use crate::trace;
 use crate::writer::{Write, Writer};
 
-/// Keeps the Pod Security labels of `isolation` on every namespace of the tenant control plane
-/// but [`EXEMPT_NAMESPACES`](tenantplane_core::policy::EXEMPT_NAMESPACES), as long as the Tenant's runtime runs: each namespace as it is
-/// listed or changes, new ones as they appear. With no profile, the labels tenantplane set (on
-/// the namespaces annotated `tenantplane.io/isolation-profile`) are removed. Each patch is a
-/// recorded decision (subject: the SyncPolicy whose tenant-side compilation the profile joins;
-/// profile: the fields that set the labels); a failed one is logged and tried again on the
-/// namespace's next event or the watch's next list.
+/// Keeps the Pod Security labels of `isolation` on every namespace of the tenant control plane but
+/// [`EXEMPT_NAMESPACES`](tenantplane_core::policy::EXEMPT_NAMESPACES), as long as the Tenant's
+/// runtime runs: each namespace as it is listed or changes, new ones as they appear. With no
+/// profile, the labels tenantplane set (on the namespaces annotated
+/// `tenantplane.io/isolation-profile`) are removed. Each patch is a recorded decision (subject: the
+/// SyncPolicy whose tenant-side compilation the profile joins; profile: the fields that set the
+/// labels); a failed one is logged and tried again on the namespace's next event or the watch's
+/// next list.
 pub async fn keep_namespace_labels(
     client: Client,
     recorder: DecisionRecorder,
