@@ -244,60 +244,31 @@ impl Planner {
         existing: Option<&HostObjectMeta>,
     ) -> Plan {
         let verdict = self.policy.evaluate(object);
-        let (collision, outcome, action, reason, message) = match verdict.action {
-            SyncAction::Reject => (
-                None,
-                Outcome::Rejected,
-                HostAction::None,
-                verdict.reason.clone(),
-                verdict.message.clone(),
-            ),
-            SyncAction::Skip => (
-                None,
-                Outcome::Skipped,
-                HostAction::None,
-                verdict.reason.clone(),
-                verdict.message.clone(),
-            ),
-            SyncAction::Sync => {
-                let collision =
-                    collision::check(&self.tenant.tenant, &object.identity, &placement, existing);
-                let (outcome, action, reason, message) = match &collision {
-                    Collision::Create => (
-                        Outcome::Synced,
-                        HostAction::Create,
-                        verdict.reason.clone(),
-                        verdict.message.clone(),
-                    ),
-                    Collision::UpdateOwn => (
-                        Outcome::Synced,
-                        HostAction::Update,
-                        verdict.reason.clone(),
-                        verdict.message.clone(),
-                    ),
-                    Collision::Conflict { owner, differs } => (
-                        Outcome::Conflict,
-                        HostAction::None,
-                        differs.reason().to_string(),
-                        format!(
-                            "host {} {}/{} belongs to {owner}; refused and left untouched",
-                            placement.kind, placement.namespace, placement.name
-                        ),
-                    ),
-                };
-                (Some(collision), outcome, action, reason, message)
-            }
+        let outcome = match verdict.action {
+            SyncAction::Reject => Outcome::Rejected,
+            SyncAction::Skip => Outcome::Skipped,
+            SyncAction::Sync => Outcome::Synced,
         };
-        Plan {
+        let mut plan = Plan {
             placement,
-            verdict,
-            collision,
+            collision: None,
             outcome,
-            action,
-            reason,
-            message,
+            action: HostAction::None,
+            reason: verdict.reason.clone(),
+            message: verdict.message.clone(),
+            verdict,
             profile: None,
+        };
+        if plan.verdict.action == SyncAction::Sync {
+            let collision = collision::check(
+                &self.tenant.tenant,
+                &object.identity,
+                &plan.placement,
+                existing,
+            );
+            plan.decide_at_target(collision);
         }
+        plan
     }
 }
 
@@ -442,6 +413,37 @@ impl Plan {
         self.outcome == Outcome::Synced
             && matches!(self.collision, Some(Collision::Create))
             && mapping::may_be_shared_under_v1(&self.placement.name)
+    }
+
+    /// Decides a plan the policy syncs by what the collision check found at its target: Synced
+    /// with a create when nothing is there, with an update when its own host object is, and a
+    /// Conflict, nothing written, when anything else is. The planner and the syncer (on its live
+    /// view of the host) both decide with it.
+    pub fn decide_at_target(&mut self, collision: Collision) {
+        (self.outcome, self.action, self.reason, self.message) = match &collision {
+            Collision::Create => (
+                Outcome::Synced,
+                HostAction::Create,
+                self.verdict.reason.clone(),
+                self.verdict.message.clone(),
+            ),
+            Collision::UpdateOwn => (
+                Outcome::Synced,
+                HostAction::Update,
+                self.verdict.reason.clone(),
+                self.verdict.message.clone(),
+            ),
+            Collision::Conflict { owner, differs } => (
+                Outcome::Conflict,
+                HostAction::None,
+                differs.reason().to_string(),
+                format!(
+                    "host {} {}/{} belongs to {owner}; refused and left untouched",
+                    self.placement.kind, self.placement.namespace, self.placement.name
+                ),
+            ),
+        };
+        self.collision = Some(collision);
     }
 
     /// The message of its decision: the plan's, and the reserved keys the placement stripped.

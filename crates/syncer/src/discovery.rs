@@ -6,17 +6,16 @@
 //! A group version that does not answer (an aggregated API whose service is down, as
 //! metrics-server often is, or one that answers garbage) costs its own kinds and nothing else:
 //! it is reported as an [`UnavailableGroup`], which the Tenant controller turns into a condition
-//! message and a Deferred decision about the group's APIService, and looks at again sooner than
-//! the usual resync. Only a control plane whose group list (`/api`, `/apis`) cannot be read is
+//! message and a Deferred decision about the group's APIService
+//! ([`crate::reconcile::deferred::api_group_unavailable`]), and looks at again sooner than the usual
+//! resync. Only a control plane whose group list (`/api`, `/apis`) cannot be read is
 //! unreachable.
 
 use kube::Client;
 use kube::core::{ApiResource, GroupVersion};
 use kube::discovery::{self, ApiCapabilities};
 use serde_json::json;
-use tenantplane_api::Tenant;
 use tenantplane_core::CompiledPolicy;
-use tenantplane_core::decision::{Decision, HostAction, Outcome, PolicyRef, Stamp, Subject};
 use tenantplane_core::watch::{is_watchable, names_kind};
 
 /// How long the discovery of one group version may take: an aggregated API whose service
@@ -71,50 +70,6 @@ impl UnavailableGroup {
     /// The key of its decisions in the Tenant's ledger.
     pub fn ledger_key(&self) -> String {
         format!("{LEDGER_PREFIX}APIService/{}", self.api_service())
-    }
-
-    /// The Deferred decision that records it: the subject is its APIService in the tenant
-    /// control plane; nothing of the group is synced until its discovery answers.
-    pub fn decision(&self, tenant: &Tenant, policy: &CompiledPolicy, stamp: Stamp) -> Decision {
-        Decision {
-            id: stamp.id,
-            time: stamp.time,
-            tenant: tenant.name().to_string(),
-            subject: Subject {
-                api_version: "apiregistration.k8s.io/v1".into(),
-                kind: "APIService".into(),
-                namespace: String::new(),
-                name: self.api_service(),
-                uid: String::new(),
-                resource_version: String::new(),
-            },
-            target: None,
-            outcome: Outcome::Deferred,
-            action: HostAction::None,
-            policy: Some(PolicyRef {
-                name: policy.name().to_string(),
-                revision: policy.revision().to_string(),
-                rule: None,
-            }),
-            profile: None,
-            reason: "APIGroupUnavailable".into(),
-            message: format!(
-                "the tenant control plane's discovery of {} failed, so none of its kinds is \
-                 synced until it answers (the other groups are): {}",
-                self.group_version(),
-                self.error
-            ),
-            field_path: None,
-            stripped_keys: Vec::new(),
-            input_digest: self.digest(),
-            mapping_version: tenant.mapping_version().to_string(),
-            component: stamp.component,
-            component_version: stamp.component_version,
-            trace_id: stamp.trace_id,
-            span_id: stamp.span_id,
-            closes: None,
-            tokens: Vec::new(),
-        }
     }
 
     /// `sha256:` of what was observed (the group version and the error).
@@ -240,31 +195,14 @@ mod tests {
     }
 
     #[test]
-    fn an_unavailable_group_is_a_deferred_decision_about_its_api_service() {
+    fn an_unavailable_group_is_known_by_its_api_service_and_its_answer() {
         let group = UnavailableGroup {
             group: "metrics.k8s.io".into(),
             version: "v1beta1".into(),
             error: "ServiceUnavailable (503)".into(),
         };
-        let d = group.decision(
-            &Tenant::new("acme", Default::default()),
-            &CompiledPolicy::builtin_default(),
-            Stamp::now("tenantplane-syncer"),
-        );
-        assert_eq!(d.outcome, Outcome::Deferred);
-        assert_eq!(d.reason, "APIGroupUnavailable");
-        assert_eq!(d.subject.kind, "APIService");
-        assert_eq!(d.subject.name, "v1beta1.metrics.k8s.io");
-        assert!(
-            d.message.contains("metrics.k8s.io/v1beta1"),
-            "{}",
-            d.message
-        );
-        assert!(
-            d.message.contains("ServiceUnavailable (503)"),
-            "{}",
-            d.message
-        );
+        assert_eq!(group.api_service(), "v1beta1.metrics.k8s.io");
+        assert_eq!(group.group_version(), "metrics.k8s.io/v1beta1");
         assert_eq!(
             group.ledger_key(),
             "discovery:APIService/v1beta1.metrics.k8s.io"

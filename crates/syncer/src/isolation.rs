@@ -1,112 +1,41 @@
 //! Isolation: compile the Tenant's IsolationProfile (the isolation-compiler service, or the same
-//! library in-process), apply the compiled objects to the host, prune what is no longer compiled,
-//! and remember what was applied on the host namespace so that a restarted syncer prunes too.
-//! Every object applied or pruned is a recorded decision ([`apply`]).
+//! library in-process), keep the compiled objects in its host namespace as a
+//! [`CompiledSet`] (applied, pruned, each write a recorded
+//! decision), remember what was applied on the host namespace so that a restarted syncer prunes
+//! too, and say how it went in the Tenant's `IsolationApplied` condition ([`keep`]).
 
-use std::collections::HashMap;
 use std::time::Instant;
 
 use anyhow::Context as _;
 use futures::future::BoxFuture;
-use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, Preconditions};
-use kube::core::{ApiResource, GroupVersionKind};
-use kube::discovery::{self, Scope};
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::{Api, Patch, PatchParams};
 use kube::{Client, ResourceExt as _};
-use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
-use tenantplane_api::{IsolationProfile, Tenant, provenance};
+use tenantplane_api::{IsolationProfile, Tenant, conditions, provenance};
 use tenantplane_client::{ClientConfig, ClientError};
-use tenantplane_core::MappingVersion;
-use tenantplane_core::decision::{
-    Decision, HostAction, HostTarget, Outcome, ProfileRef, Stamp, Subject,
-};
-use tenantplane_core::translate::{DESIRED_DIGEST, digest};
+use tenantplane_core::decision::{ProfileRef, Subject};
+use tenantplane_core::translate::digest;
+use tenantplane_isolation::ObjectRef;
 use tracing::Instrument as _;
 
+use crate::compiled_set::{Compiled, CompiledSet, Origin, Resolver, Stale};
 use crate::metrics::SyncMetrics;
-use crate::record::{COMPONENT, DecisionRecorder};
-use crate::tenant::FIELD_MANAGER;
-use crate::trace;
-
-/// A cluster compiled objects are written to: its name in write spans, and the prefix of the
-/// ledger keys of the decisions about its objects.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Cluster {
-    pub(crate) name: &'static str,
-    pub(crate) ledger_prefix: &'static str,
-}
-
-/// The host cluster, where isolation objects go.
-const HOST: Cluster = Cluster {
-    name: "host",
-    ledger_prefix: "isolation",
-};
+use crate::reconcile::compiled::Source;
+use crate::record::DecisionRecorder;
+use crate::tenant_status::TenantLedger;
+use crate::writer::Writer;
 
 /// Annotation on the host namespace: the isolation objects last applied (JSON list of refs).
 pub const APPLIED_ANNOTATION: &str = "tenantplane.io/isolation-applied";
 
-/// Identity of an isolation object.
-#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-#[serde(rename_all = "camelCase")]
-pub struct IsolationRef {
-    /// apiVersion.
-    pub api_version: String,
-    /// Kind.
-    pub kind: String,
-    /// Namespace, for namespaced kinds.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub namespace: Option<String>,
-    /// Name.
-    pub name: String,
-}
-
-impl std::fmt::Display for IsolationRef {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}/", self.kind)?;
-        if let Some(ns) = &self.namespace {
-            write!(f, "{ns}/")?;
-        }
-        f.write_str(&self.name)
-    }
-}
-
-impl IsolationRef {
-    /// The decision target this object is.
-    pub fn target(&self) -> HostTarget {
-        HostTarget {
-            api_version: self.api_version.clone(),
-            kind: self.kind.clone(),
-            namespace: self.namespace.clone().unwrap_or_default(),
-            name: self.name.clone(),
-        }
-    }
-
-    fn to_object_ref(&self) -> tenantplane_isolation::ObjectRef {
-        tenantplane_isolation::ObjectRef {
-            api_version: self.api_version.clone(),
-            kind: self.kind.clone(),
-            namespace: self.namespace.clone(),
-            name: self.name.clone(),
-        }
-    }
-
-    fn from_object_ref(r: tenantplane_isolation::ObjectRef) -> Self {
-        IsolationRef {
-            api_version: r.api_version,
-            kind: r.kind,
-            namespace: r.namespace,
-            name: r.name,
-        }
-    }
-}
-
 /// A compilation: objects to apply and previously applied objects to delete.
 #[derive(Debug, Clone, Default)]
-pub struct Compiled {
+pub struct Compilation {
     /// Objects, ready to apply, each with the profile fields that produced it.
     pub objects: Vec<tenantplane_isolation::CompiledObject>,
     /// Objects to prune.
-    pub prune: Vec<IsolationRef>,
+    pub prune: Vec<ObjectRef>,
 }
 
 /// Compiles IsolationProfiles.
@@ -116,8 +45,8 @@ pub trait IsolationService: Send + Sync + std::fmt::Debug + 'static {
         &'a self,
         tenant: &'a Tenant,
         profile: &'a IsolationProfile,
-        previously_applied: &'a [IsolationRef],
-    ) -> BoxFuture<'a, Result<Compiled, String>>;
+        previously_applied: &'a [ObjectRef],
+    ) -> BoxFuture<'a, Result<Compilation, String>>;
 }
 
 /// The isolation compiler library run in-process (same computation as the service).
@@ -129,20 +58,12 @@ impl IsolationService for InProcessIsolation {
         &'a self,
         tenant: &'a Tenant,
         profile: &'a IsolationProfile,
-        previously_applied: &'a [IsolationRef],
-    ) -> BoxFuture<'a, Result<Compiled, String>> {
+        previously_applied: &'a [ObjectRef],
+    ) -> BoxFuture<'a, Result<Compilation, String>> {
         Box::pin(async move {
             let c = tenantplane_isolation::compile(tenant, profile).map_err(|e| e.to_string())?;
-            let previous: Vec<tenantplane_isolation::ObjectRef> = previously_applied
-                .iter()
-                .map(IsolationRef::to_object_ref)
-                .collect();
-            let prune = c
-                .prune(&previous)
-                .into_iter()
-                .map(IsolationRef::from_object_ref)
-                .collect();
-            Ok(Compiled {
+            let prune = c.prune(previously_applied);
+            Ok(Compilation {
                 objects: c.objects,
                 prune,
             })
@@ -150,24 +71,8 @@ impl IsolationService for InProcessIsolation {
     }
 }
 
-/// The ref of a compiled object.
-pub fn ref_of(object: &Value) -> Option<IsolationRef> {
-    let s = |p: &str| {
-        object
-            .pointer(p)
-            .and_then(Value::as_str)
-            .map(str::to_string)
-    };
-    Some(IsolationRef {
-        api_version: s("/apiVersion")?,
-        kind: s("/kind")?,
-        namespace: s("/metadata/namespace"),
-        name: s("/metadata/name")?,
-    })
-}
-
 /// What the host namespace says was applied last.
-pub fn previously_applied(namespace: &Value) -> Vec<IsolationRef> {
+pub fn previously_applied(namespace: &Value) -> Vec<ObjectRef> {
     namespace
         .pointer("/metadata/annotations")
         .and_then(|a| a.get(APPLIED_ANNOTATION))
@@ -176,352 +81,244 @@ pub fn previously_applied(namespace: &Value) -> Vec<IsolationRef> {
         .unwrap_or_default()
 }
 
-/// Resolves kinds against the host's discovery, caching answers.
-#[derive(Debug, Default)]
-pub struct Resolver {
-    cache: HashMap<(String, String), (ApiResource, Scope)>,
+/// Where the Tenant's isolation is kept: the host, its writer, and the recorder and ledger of
+/// the Tenant's decisions and conditions.
+#[derive(Clone, Copy)]
+pub struct Host<'a> {
+    /// The host cluster.
+    pub client: &'a Client,
+    /// Its writer.
+    pub writer: &'a Writer,
+    /// The recorder of the Tenant controller's decisions.
+    pub recorder: &'a DecisionRecorder,
+    /// The Tenant's ledger (its `IsolationApplied` condition).
+    pub ledger: &'a TenantLedger,
 }
 
-impl Resolver {
-    /// The API of `api_version`/`kind` in the host, for `namespace` when namespaced.
-    pub async fn api(
-        &mut self,
-        client: &Client,
-        api_version: &str,
-        kind: &str,
-        namespace: Option<&str>,
-    ) -> anyhow::Result<Api<DynamicObject>> {
-        let key = (api_version.to_string(), kind.to_string());
-        if !self.cache.contains_key(&key) {
-            let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
-            let gvk = GroupVersionKind::gvk(group, version, kind);
-            let (ar, caps) = discovery::pinned_kind(client, &gvk)
-                .await
-                .with_context(|| format!("the host serves no {api_version} {kind}"))?;
-            self.cache.insert(key.clone(), (ar, caps.scope));
-        }
-        let (ar, scope) = &self.cache[&key];
-        Ok(match (scope, namespace) {
-            (Scope::Namespaced, Some(ns)) => Api::namespaced_with(client.clone(), ns, ar),
-            _ => Api::all_with(client.clone(), ar),
-        })
+impl std::fmt::Debug for Host<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Host")
+            .field("writer", self.writer)
+            .field("recorder", self.recorder)
+            .finish_non_exhaustive()
     }
 }
 
-/// The IsolationProfile a compilation came from and the Tenant it is for: the subject of every
-/// isolation decision.
-#[derive(Debug, Clone)]
-pub struct Source {
-    /// The Tenant.
-    pub tenant: String,
-    /// Its host namespace.
-    pub host_namespace: String,
-    /// The IsolationProfile's name.
-    pub profile: String,
-    /// Its `metadata.generation`.
-    pub generation: i64,
-    /// Its uid.
-    pub uid: String,
-    /// Its resourceVersion.
-    pub resource_version: String,
-    /// `sha256:` of the profile (the decisions' input digest).
-    pub digest: String,
-    /// The tenant's mapping scheme, recorded in the decisions.
-    pub mapping: MappingVersion,
+/// Compiles the Tenant's IsolationProfile with `compiler` and keeps it in its host namespace;
+/// returns the profile (`None`: the Tenant names none), for the planner to decide with. The
+/// compile call and the decisions are made in a span about the profile: the compiler's server
+/// span is its child, and it becomes the compilation's decision span when anything is written.
+pub async fn keep(
+    tenant: &Tenant,
+    compiler: &dyn IsolationService,
+    host: Host<'_>,
+) -> anyhow::Result<Option<IsolationProfile>> {
+    let Some(profile_name) = &tenant.spec.isolation_profile_ref else {
+        host.ledger.set_condition(
+            conditions::ISOLATION_APPLIED,
+            true,
+            "NoIsolationProfile",
+            "the Tenant names no IsolationProfile: no isolation objects are compiled",
+        );
+        return Ok(None);
+    };
+    let profile = match Api::<IsolationProfile>::all(host.client.clone())
+        .get_opt(profile_name)
+        .await?
+    {
+        Some(p) => p,
+        None => {
+            host.ledger.set_condition(
+                conditions::ISOLATION_APPLIED,
+                false,
+                "IsolationProfileNotFound",
+                &format!("IsolationProfile {profile_name} does not exist"),
+            );
+            anyhow::bail!("IsolationProfile {profile_name} does not exist");
+        }
+    };
+    let span = crate::trace::isolation_span(tenant.name(), profile_name);
+    compile_and_apply(tenant, compiler, host, &profile)
+        .instrument(span)
+        .await?;
+    Ok(Some(profile))
 }
 
-impl Source {
-    /// The source of compiling `profile` for `tenant`.
-    pub fn new(tenant: &Tenant, profile: &IsolationProfile) -> anyhow::Result<Source> {
-        Ok(Source {
-            tenant: tenant.name_any(),
-            host_namespace: tenant.host_namespace(),
-            profile: profile.name_any(),
+/// Compiles the Tenant's IsolationProfile and applies it, in the span of [`keep`].
+async fn compile_and_apply(
+    tenant: &Tenant,
+    compiler: &dyn IsolationService,
+    host: Host<'_>,
+    profile: &IsolationProfile,
+) -> anyhow::Result<()> {
+    let profile_name = profile.name_any();
+    let host_ns = tenant.host_namespace();
+    let ns = Api::<Namespace>::all(host.client.clone())
+        .get(&host_ns)
+        .await?;
+    let previous = previously_applied(&serde_json::to_value(&ns)?);
+    let compiled = match compiler.compile(tenant, profile, &previous).await {
+        Ok(c) => c,
+        Err(e) => {
+            host.ledger
+                .set_condition(conditions::ISOLATION_APPLIED, false, "CompileFailed", &e);
+            anyhow::bail!("compiling IsolationProfile {profile_name}: {e}");
+        }
+    };
+    let generation = profile.metadata.generation.unwrap_or_default();
+    match apply(tenant, profile, host, &compiled, &previous).await {
+        Ok(done) => {
+            host.ledger.set_condition(
+                conditions::ISOLATION_APPLIED,
+                true,
+                "Applied",
+                &format!(
+                    "IsolationProfile {profile_name} (generation {generation}): {} objects \
+                     applied, {} pruned, {} unchanged",
+                    done.applied, done.pruned, done.unchanged
+                ),
+            );
+            Ok(())
+        }
+        Err(e) => {
+            host.ledger.set_condition(
+                conditions::ISOLATION_APPLIED,
+                false,
+                "ApplyFailed",
+                &format!("{e:#}"),
+            );
+            Err(e)
+        }
+    }
+}
+
+/// What the fields `field_path` of `profile` produced.
+fn origin(profile: &IsolationProfile, field_path: String) -> Origin {
+    Origin {
+        rule: None,
+        profile: Some(ProfileRef {
+            name: profile.name_any(),
             generation: profile.metadata.generation.unwrap_or_default(),
+            field_path,
+            rule: None,
+        }),
+    }
+}
+
+/// Applies a compilation to the host as a [`CompiledSet`]: each compiled object whose host copy
+/// does not carry its digest is applied, each previously applied object no longer compiled and
+/// still present is deleted, each of these a recorded decision (subject: the IsolationProfile;
+/// target: the host object; profile: the fields that produced it). Then the applied set is
+/// recorded on the host namespace when it changed (so that a restarted syncer prunes).
+async fn apply(
+    tenant: &Tenant,
+    profile: &IsolationProfile,
+    host: Host<'_>,
+    compilation: &Compilation,
+    previous: &[ObjectRef],
+) -> anyhow::Result<crate::compiled_set::Applied> {
+    let started = Instant::now();
+    let client = host.client;
+    let source = Source {
+        tenant: tenant.name_any(),
+        subject: Subject {
+            api_version: format!("{}/{}", tenantplane_api::GROUP, tenantplane_api::VERSION),
+            kind: "IsolationProfile".into(),
+            namespace: String::new(),
+            name: profile.name_any(),
             uid: profile.uid().unwrap_or_default(),
             resource_version: profile.resource_version().unwrap_or_default(),
-            digest: digest(&serde_json::to_value(profile)?),
-            mapping: tenant.mapping_version(),
-        })
-    }
-
-    /// The ledger key of the Tenant's isolation decision.
-    fn key(&self) -> String {
-        format!("isolation:IsolationProfile/{}", self.profile)
-    }
-
-    /// A decision about `target` (the compiled host object), or about the compilation as a
-    /// whole when `target` is `None`.
-    fn decision(&self, target: Option<&IsolationRef>, verdict: &Verdict, stamp: Stamp) -> Decision {
-        Decision {
-            id: stamp.id,
-            time: stamp.time,
-            tenant: self.tenant.clone(),
-            subject: Subject {
-                api_version: format!("{}/{}", tenantplane_api::GROUP, tenantplane_api::VERSION),
-                kind: "IsolationProfile".into(),
-                namespace: String::new(),
-                name: self.profile.clone(),
-                uid: self.uid.clone(),
-                resource_version: self.resource_version.clone(),
-            },
-            target: target.map(IsolationRef::target),
-            outcome: verdict.outcome,
-            action: verdict.action,
-            policy: None,
-            profile: Some(ProfileRef {
-                name: self.profile.clone(),
-                generation: self.generation,
-                field_path: verdict.field_path.clone(),
-                rule: None,
-            }),
-            reason: verdict.reason.into(),
-            message: verdict.message.clone(),
-            field_path: None,
-            stripped_keys: Vec::new(),
-            input_digest: self.digest.clone(),
-            mapping_version: self.mapping.to_string(),
-            component: stamp.component,
-            component_version: stamp.component_version,
-            trace_id: stamp.trace_id,
-            span_id: stamp.span_id,
-            closes: None,
-            tokens: Vec::new(),
-        }
-    }
-}
-
-/// What applying a compilation did.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Applied {
-    /// Objects created or updated.
-    pub applied: usize,
-    /// Objects deleted.
-    pub pruned: usize,
-    /// Objects already as compiled: nothing written, nothing recorded.
-    pub unchanged: usize,
-}
-
-/// A write a decision about a compiled object leads to (isolation objects in the host, and
-/// admission policies in a tenant control plane: [`crate::tenant_admission`]).
-#[derive(Debug)]
-pub(crate) enum Write {
-    /// Server-side apply of the compiled object (the decision id is added to it).
-    Apply(Value),
-    /// JSON merge patch of an object that must exist (it is never created this way), the
-    /// decision id added to it: the labels tenantplane keeps on an object that is not its own.
-    Merge(Value),
-    /// Delete the object, with its uid as precondition.
-    Delete(Option<String>),
-}
-
-/// What an isolation decision says, whoever it is about.
-#[derive(Debug)]
-pub(crate) struct Verdict {
-    pub(crate) outcome: Outcome,
-    pub(crate) action: HostAction,
-    /// The profile fields (or the SyncPolicy rule) that produced the object.
-    pub(crate) field_path: String,
-    pub(crate) reason: &'static str,
-    pub(crate) message: String,
-}
-
-impl Verdict {
-    /// Applying a compiled object: an update of the one at its name when `exists`, a create
-    /// otherwise.
-    pub(crate) fn applied(
-        exists: bool,
-        field_path: String,
-        reason: &'static str,
-        message: String,
-    ) -> Verdict {
-        Verdict {
-            outcome: Outcome::Synced,
-            action: if exists {
-                HostAction::Update
-            } else {
-                HostAction::Create
-            },
-            field_path,
-            reason,
-            message,
-        }
-    }
-
-    /// Deleting an object its source no longer compiles.
-    pub(crate) fn pruned(field_path: String, message: String) -> Verdict {
-        Verdict {
-            outcome: Outcome::Deleted,
-            action: HostAction::Delete,
-            field_path,
-            reason: "NoLongerCompiled",
-            message,
-        }
-    }
-}
-
-/// One compiled or pruned object that needs a write.
-#[derive(Debug)]
-pub(crate) struct Change {
-    pub(crate) target: IsolationRef,
-    pub(crate) api: Api<DynamicObject>,
-    pub(crate) verdict: Verdict,
-    pub(crate) write: Write,
-    /// The cluster written to.
-    pub(crate) cluster: Cluster,
-}
-
-/// The compiled object as applied: with the [`DESIRED_DIGEST`] annotation of its content, so
-/// that the next reconcile sees it is in place without writing.
-pub(crate) fn desired(object: &Value) -> (Value, String) {
-    let d = digest(object);
-    let mut desired = object.clone();
-    if let Some(meta) = desired.get_mut("metadata").and_then(Value::as_object_mut) {
-        let annotations = meta.entry("annotations").or_insert_with(|| json!({}));
-        annotations[DESIRED_DIGEST] = json!(d);
-    }
-    (desired, d)
-}
-
-/// Applies a compilation to the host. Each compiled object whose host copy does not carry its
-/// digest is applied (server-side apply), each previously applied object no longer compiled and
-/// still present is deleted, and each of these is a recorded decision (subject: the
-/// IsolationProfile; target: the host object; profile: the fields that produced it) taken in a
-/// span of its own, written on the object (`tenantplane.io/decision-id`). Objects already as
-/// compiled cost a read, no write and no record. When anything is to be written, the
-/// compilation itself is recorded first, in the current span (the one the compile call was made
-/// in), and the objects' decision spans are its children. Then the applied set is recorded on
-/// the host namespace when it changed (so that a restarted syncer prunes).
-pub async fn apply(
-    client: &Client,
-    recorder: &DecisionRecorder,
-    source: &Source,
-    compiled: &Compiled,
-    previous: &[IsolationRef],
-) -> anyhow::Result<Applied> {
-    let started = Instant::now();
+        },
+        policy: None,
+        input_digest: digest(&serde_json::to_value(profile)?),
+        mapping: tenant.mapping_version(),
+        ledger_prefix: "isolation",
+    };
+    let generation = profile.metadata.generation.unwrap_or_default();
     let mut resolver = Resolver::default();
-    let mut changes = Vec::new();
+    let mut compiled = Vec::new();
     let mut applied_refs = Vec::new();
-    let mut result = Applied::default();
-    for compiled_object in &compiled.objects {
-        let r = ref_of(&compiled_object.object).context("a compiled object without identity")?;
+    for c in &compilation.objects {
+        let r = ObjectRef::from_object(&c.object).context("a compiled object without identity")?;
         let api = resolver
             .api(client, &r.api_version, &r.kind, r.namespace.as_deref())
             .await?;
-        let (object, digest) = desired(&compiled_object.object);
-        let host = api
+        let held = api
             .get_metadata_opt(&r.name)
             .await
             .with_context(|| format!("reading {} {}", r.kind, r.name))?;
-        let in_place = host.as_ref().is_some_and(|h| {
-            h.metadata
-                .annotations
-                .as_ref()
-                .and_then(|a| a.get(DESIRED_DIGEST))
-                == Some(&digest)
-        });
-        applied_refs.push(r.clone());
-        if in_place {
-            result.unchanged += 1;
-            continue;
-        }
-        changes.push(Change {
-            target: r,
+        compiled.push(Compiled {
             api,
-            verdict: Verdict::applied(
-                host.is_some(),
-                compiled_object.provenance.field_paths.join(","),
-                "CompiledFromProfile",
-                compiled_object.provenance.explanation.clone(),
-            ),
-            write: Write::Apply(object),
-            cluster: HOST,
+            object: c.object.clone(),
+            held: held.map(|h| h.metadata),
+            origin: origin(profile, c.provenance.field_paths.join(",")),
+            reason: "CompiledFromProfile",
+            message: c.provenance.explanation.clone(),
         });
+        applied_refs.push(r);
     }
-    for r in &compiled.prune {
+    let mut stale = Vec::new();
+    for r in &compilation.prune {
         let api = resolver
             .api(client, &r.api_version, &r.kind, r.namespace.as_deref())
             .await?;
-        let Some(host) = api
+        let Some(held) = api
             .get_metadata_opt(&r.name)
             .await
             .with_context(|| format!("reading {} {}", r.kind, r.name))?
         else {
             continue;
         };
-        let fields = host
+        let fields = held
             .metadata
             .annotations
             .as_ref()
             .and_then(|a| a.get(provenance::ISOLATION_FIELD))
             .cloned()
             .unwrap_or_default();
-        changes.push(Change {
-            target: r.clone(),
+        stale.push(Stale {
             api,
-            verdict: Verdict::pruned(
-                fields,
-                format!(
-                    "IsolationProfile {} (generation {}) no longer compiles {}: deleted",
-                    source.profile, source.generation, r
-                ),
+            target: r.clone(),
+            uid: held.metadata.uid,
+            origin: origin(profile, fields),
+            message: format!(
+                "IsolationProfile {} (generation {generation}) no longer compiles {r}: deleted",
+                source.subject.name
             ),
-            write: Write::Delete(host.metadata.uid),
-            cluster: HOST,
         });
     }
-
-    if !changes.is_empty() {
-        let compilation = source.decision(
-            None,
-            &Verdict {
-                outcome: Outcome::Synced,
-                action: HostAction::None,
-                field_path: "spec".into(),
-                reason: "IsolationProfileCompiled",
-                message: format!(
-                    "IsolationProfile {} (generation {}) compiled for host namespace {}: {} \
-                     objects, {} to write, {} unchanged",
-                    source.profile,
-                    source.generation,
-                    source.host_namespace,
-                    compiled.objects.len(),
-                    changes.len(),
-                    result.unchanged
-                ),
-            },
-            trace::stamp_in(&tracing::Span::current(), COMPONENT),
-        );
-        recorder
-            .record(&source.key(), &compilation, &source.digest, None, started)
-            .await?;
-        for change in changes {
-            let span = trace::follow_up_span(&compilation);
-            let decision = source.decision(
-                Some(&change.target),
-                &change.verdict,
-                trace::stamp_in(&span, COMPONENT),
-            );
-            write(recorder, &source.digest, &change, &decision, started)
-                .instrument(span)
-                .await?;
-            match change.verdict.outcome {
-                Outcome::Deleted => result.pruned += 1,
-                _ => result.applied += 1,
-            }
-        }
-    }
+    let set = CompiledSet {
+        source: &source,
+        writer: host.writer,
+        recorder: host.recorder,
+        started,
+    };
+    let compiled_for = format!(
+        "IsolationProfile {} (generation {generation}) compiled for host namespace {}",
+        source.subject.name,
+        tenant.host_namespace()
+    );
+    let result = set
+        .apply(
+            compiled,
+            stale,
+            (
+                "IsolationProfileCompiled",
+                compiled_for,
+                origin(profile, "spec".into()),
+            ),
+        )
+        .await?;
 
     let mut before = previous.to_vec();
     before.sort();
     let mut now = applied_refs.clone();
     now.sort();
     if before != now {
-        let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+        let namespaces: Api<Namespace> = Api::all(client.clone());
         namespaces
             .patch(
-                &source.host_namespace,
+                &tenant.host_namespace(),
                 &PatchParams::default(),
                 &Patch::Merge(json!({"metadata": {"annotations": {
                     APPLIED_ANNOTATION: serde_json::to_string(&applied_refs)?,
@@ -531,76 +328,6 @@ pub async fn apply(
             .context("recording the applied isolation objects on the host namespace")?;
     }
     Ok(result)
-}
-
-/// Records the decision about one object, then writes it (in the decision's span); a failed
-/// write is a Failed decision of its own, in a child span. `digest` is the decision's input.
-pub(crate) async fn write(
-    recorder: &DecisionRecorder,
-    digest: &str,
-    change: &Change,
-    decision: &Decision,
-    started: Instant,
-) -> anyhow::Result<()> {
-    let key = format!("{}:{}", change.cluster.ledger_prefix, change.target);
-    let recorded = recorder
-        .record(&key, decision, digest, None, started)
-        .await?;
-    let r = &change.target;
-    let (verb, result) = match &change.write {
-        Write::Apply(object) => {
-            let mut object = object.clone();
-            object["metadata"]["annotations"][provenance::DECISION_ID] = json!(decision.id);
-            let params = PatchParams::apply(FIELD_MANAGER).force();
-            let span = trace::write_span(change.cluster.name, "PATCH", r);
-            let result = change
-                .api
-                .patch(&r.name, &params, &Patch::Apply(&object))
-                .instrument(span)
-                .await
-                .map(|_| ());
-            ("applying", result)
-        }
-        Write::Merge(patch) => {
-            let mut patch = patch.clone();
-            patch["metadata"]["annotations"][provenance::DECISION_ID] = json!(decision.id);
-            let span = trace::write_span(change.cluster.name, "PATCH", r);
-            let result = change
-                .api
-                .patch(&r.name, &PatchParams::default(), &Patch::Merge(&patch))
-                .instrument(span)
-                .await
-                .map(|_| ());
-            ("patching", result)
-        }
-        Write::Delete(uid) => {
-            let params = DeleteParams {
-                preconditions: uid.clone().map(|uid| Preconditions {
-                    uid: Some(uid),
-                    resource_version: None,
-                }),
-                ..DeleteParams::default()
-            };
-            let span = trace::write_span(change.cluster.name, "DELETE", r);
-            let result = match change.api.delete(&r.name, &params).instrument(span).await {
-                Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-                other => other.map(|_| ()),
-            };
-            ("pruning", result)
-        }
-    };
-    let Err(e) = result else {
-        recorder.carried_out(recorded);
-        return Ok(());
-    };
-    let span = trace::follow_up_span(decision);
-    let failed =
-        crate::reconcile::failed(decision, &e.to_string(), trace::stamp_in(&span, COMPONENT));
-    let _ = recorder
-        .record(&key, &failed, digest, None, started)
-        .instrument(span)
-        .await;
-    Err(e).with_context(|| format!("{verb} {r}"))
 }
 
 /// The isolation-compiler service over gRPC, through `tenantplane-client` (TLS and mutual TLS,
@@ -635,18 +362,14 @@ impl IsolationService for GrpcIsolation {
         &'a self,
         tenant: &'a Tenant,
         profile: &'a IsolationProfile,
-        previously_applied: &'a [IsolationRef],
-    ) -> BoxFuture<'a, Result<Compiled, String>> {
+        previously_applied: &'a [ObjectRef],
+    ) -> BoxFuture<'a, Result<Compilation, String>> {
         Box::pin(async move {
-            let previous: Vec<tenantplane_isolation::ObjectRef> = previously_applied
-                .iter()
-                .map(IsolationRef::to_object_ref)
-                .collect();
             let start = std::time::Instant::now();
             let compiled = self
                 .client
                 .clone()
-                .compile(tenant, profile, &previous)
+                .compile(tenant, profile, previously_applied)
                 .await;
             let code = match &compiled {
                 Ok(_) => tonic::Code::Ok,
@@ -661,13 +384,9 @@ impl IsolationService for GrpcIsolation {
                 start.elapsed(),
             );
             let compiled = compiled.map_err(|e| format!("isolation compiler: {e}"))?;
-            Ok(Compiled {
+            Ok(Compilation {
                 objects: compiled.compilation.objects,
-                prune: compiled
-                    .prune
-                    .into_iter()
-                    .map(IsolationRef::from_object_ref)
-                    .collect(),
+                prune: compiled.prune,
             })
         })
     }

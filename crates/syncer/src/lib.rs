@@ -14,24 +14,27 @@
 //!       └── up-sync: status, Endpoints, cluster IPs ◀── settle ◀── act (host write)
 //! ```
 //!
-//! Layers, least powerful first: [`reconcile`] is pure (tenant object, plan, host object →
-//! decision and host write) and tested without a cluster; [`record`] is the one place a decision
-//! is recorded; [`discovery`] finds the kinds a Tenant's policy syncs in its control plane, one
-//! API group version at a time; [`tenant`] is the runtime of one tenant, a module a step of the
-//! path of its objects: `tenant::watches` (the watches and the keys they queue), `tenant::caches`
-//! (gather: what decisions read, with the own-write rules), `tenant::plan` (the planner call of a
-//! batch, through [`planner`]), decide ([`reconcile`]), record ([`record`]), `tenant::act` (the
-//! host write), then settle, with `tenant::upsync` (status, Endpoints and Service cluster IPs up
-//! into the tenant control plane); [`settle`] closes the open host actions an earlier life left;
-//! [`controller`] runs the Tenant controller; [`run`] wires everything from a [`Config`].
-//! [`trace`] opens one span per decision and [`metrics`] counts and times them. [`shard`] splits
-//! the Tenants between several replicas through Leases. [`tenant_admission`] keeps the SyncPolicy's
-//! Reject rules enforced at admission in each tenant control plane.
+//! Layers, least powerful first: [`reconcile`] is pure (tenant object, plan, host object → decision
+//! and host write), forms every decision the syncer takes and is tested without a cluster;
+//! [`writer`] makes every write; [`record`] is the one place a decision is recorded, and
+//! [`tenant_status`] writes what it tallied to the Tenant's status; [`discovery`] finds the kinds a
+//! Tenant's policy syncs in its control plane, one API group version at a time; [`tenant`] is the
+//! runtime of one tenant, a module a step of the path of its objects: `tenant::watches` (the
+//! watches and the keys they queue), `tenant::caches` (gather: what decisions read, with the
+//! own-write rules), `tenant::plan` (the planner call of a batch, through [`planner`]), decide
+//! ([`reconcile`]), record ([`record`]), `tenant::act` (the host write), then settle, with
+//! `tenant::upsync` (status, Endpoints and Service cluster IPs up into the tenant control plane);
+//! [`settle`] closes the open host actions an earlier life left; [`controller`] runs the Tenant
+//! controller (its runtime table, a deleted Tenant's cleanup); [`run`] wires everything from a
+//! [`Config`]. [`trace`] opens one span per decision and [`metrics`] counts and times them.
+//! [`shard`] splits the Tenants between several replicas through Leases. [`tenant_admission`] keeps
+//! the SyncPolicy's Reject rules enforced at admission in each tenant control plane.
 //! docs/syncer.md describes the behaviour and its guarantees.
 
 #![forbid(unsafe_code)]
 
 pub mod checkpoint;
+pub mod compiled_set;
 pub mod controller;
 pub mod discovery;
 pub mod isolation;
@@ -47,7 +50,9 @@ pub mod settle;
 pub mod shard;
 pub mod tenant;
 pub mod tenant_admission;
+pub mod tenant_status;
 pub mod trace;
+pub mod writer;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -57,7 +62,7 @@ use tokio::sync::Semaphore;
 
 pub use controller::FINALIZER;
 pub use record::COMPONENT;
-pub use tenant::FIELD_MANAGER;
+pub use writer::FIELD_MANAGER;
 
 /// Everything the syncer needs to run.
 #[derive(Debug, Clone)]
@@ -183,7 +188,10 @@ impl Syncer {
         let shared = Arc::new(tenant::Shared {
             log_start,
             host,
-            host_limiter: ratelimit::RateLimiter::new(config.host_qps, config.host_burst),
+            host_writer: writer::Writer::host(Arc::new(ratelimit::RateLimiter::new(
+                config.host_qps,
+                config.host_burst,
+            ))),
             planner: config.planner.clone(),
             log: config.decision_log.clone(),
             permits: Semaphore::new(config.concurrency.max(1)),

@@ -24,12 +24,12 @@ use kube::api::{Api, DynamicObject};
 use kube::core::GroupVersionKind;
 use serde_json::Value;
 use tenantplane_api::provenance;
-use tenantplane_core::decision::{Decision, HostAction, HostTarget, Outcome};
+use tenantplane_core::decision::{Decision, HostAction, HostTarget};
 use tenantplane_decision_log::{DecisionStore, Entry};
 use tracing::Instrument as _;
 
 use crate::record::{COMPONENT, DecisionLog};
-use crate::trace;
+use crate::{reconcile, trace};
 
 /// What the host shows of an open action.
 #[derive(Debug, PartialEq, Eq)]
@@ -81,7 +81,8 @@ pub async fn settle_tenant(
             Found::CarriedOut => log.carried_out(entry.sequence),
             Found::NotCarriedOut(why) => {
                 let span = trace::follow_up_span(d);
-                let closing = not_carried_out(d, &why, trace::stamp_in(&span, COMPONENT));
+                let closing =
+                    reconcile::failure::not_carried_out(d, &why, trace::stamp_in(&span, COMPONENT));
                 log.append(&closing).instrument(span).await.map_err(|e| {
                     anyhow::anyhow!("recording that {} was not carried out: {e}", d.id)
                 })?;
@@ -144,31 +145,6 @@ fn place(decision: &Decision, t: &HostTarget) -> String {
     }
 }
 
-/// The decision closing `decision`, whose host action was not carried out.
-fn not_carried_out(
-    decision: &Decision,
-    why: &str,
-    stamp: tenantplane_core::decision::Stamp,
-) -> Decision {
-    let mut d = decision.clone();
-    d.id = stamp.id;
-    d.time = stamp.time;
-    d.component = stamp.component;
-    d.component_version = stamp.component_version;
-    d.trace_id = stamp.trace_id;
-    d.span_id = stamp.span_id;
-    d.outcome = Outcome::Failed;
-    d.reason = "NotCarriedOut".into();
-    d.message = format!(
-        "the {} recorded by decision {} was not carried out: the syncer stopped before making \
-         it ({why}); the object is decided again",
-        decision.action.as_str(),
-        decision.id
-    );
-    d.closes = Some(decision.id.clone());
-    d
-}
-
 /// The host object at `target`, if any (its kind found by discovery).
 async fn get(cluster: &kube::Client, target: &HostTarget) -> anyhow::Result<Option<Value>> {
     let (group, version) = match target.api_version.split_once('/') {
@@ -192,7 +168,7 @@ async fn get(cluster: &kube::Client, target: &HostTarget) -> anyhow::Result<Opti
 mod tests {
     use super::*;
     use serde_json::json;
-    use tenantplane_core::decision::{Stamp, Subject};
+    use tenantplane_core::decision::{Outcome, Subject};
 
     fn create(id: &str) -> Decision {
         Decision {
@@ -277,22 +253,6 @@ mod tests {
         assert_eq!(
             found(&*store, later_entry, None).await.unwrap(),
             Found::NotCarriedOut("host ConfigMap tenant-acme/cfg-x-web does not exist".into())
-        );
-        let closing = not_carried_out(&later, "gone", Stamp::now(COMPONENT));
-        assert_eq!(
-            (
-                closing.outcome,
-                closing.reason.as_str(),
-                closing.closes.as_deref()
-            ),
-            (Outcome::Failed, "NotCarriedOut", Some("later"))
-        );
-        assert!(
-            closing
-                .message
-                .contains("create recorded by decision later"),
-            "{}",
-            closing.message
         );
     }
 }

@@ -52,28 +52,9 @@ pub fn isolation_span(tenant: &str, profile: &str) -> tracing::Span {
     span(None, tenant, &api_version, "IsolationProfile", "", profile)
 }
 
-/// The span of a write of a compiled object (a child of the current span): an isolation object
-/// in the host (`cluster` is `host`, span `tenantplane.host.write`) or an admission policy in a
-/// tenant control plane (`tenant`, `tenantplane.tenant.write`).
-pub fn write_span(
-    cluster: &str,
-    verb: &str,
-    target: &crate::isolation::IsolationRef,
-) -> tracing::Span {
-    tracing::info_span!(
-        "tenantplane.kube.call",
-        otel.name = %format!("tenantplane.{cluster}.write"),
-        otel.kind = "client",
-        http.request.method = %verb,
-        k8s.object.kind = %target.kind,
-        k8s.namespace.name = target.namespace.as_deref().unwrap_or(""),
-        k8s.object.name = %target.name,
-    )
-}
-
-/// The span of a Kubernetes API call made for a sync decision (a child of the current span): its
-/// host write (`tenantplane.host.write`) or the status it brings up
-/// (`tenantplane.tenant.status_up`).
+/// The span of a Kubernetes API call made for a sync decision (a child of the current span): a
+/// write ([`crate::writer`]: `tenantplane.host.write`, `tenantplane.tenant.write`) or the status
+/// it brings up (`tenantplane.tenant.status_up`).
 pub fn kube_call_span(
     name: &str,
     verb: &str,

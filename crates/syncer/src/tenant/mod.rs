@@ -17,18 +17,20 @@
 //!    settle  (here)     what is in place remembered; status and cluster IPs up (upsync); retries
 //! ```
 //!
-//! `watches` fills the caches and queues keys; `caches` holds what decisions read, with the
-//! own-write rules (nothing is decided on a cache that does not show this syncer's last write
-//! yet); `upsync` brings up what flows from the host (status, a Service's cluster IPs, the
-//! Endpoints of a selector Service). Besides the synced kinds, the host namespace's objects of
-//! every kind a tenant object may name ([`REFERENCEABLE_KINDS`]) are watched, so that the
-//! reference check sees what each reference resolves to. Under mapping v1 an index of tenant
-//! objects by host name finds the objects that share one, so which of them takes it does not
-//! depend on event order.
+//! `runtime` starts and stops it; `watches` fills the caches and queues keys; `caches` holds what
+//! decisions read, with the own-write rules (nothing is decided on a cache that does not show this
+//! syncer's last write yet); `upsync` brings up what flows from the host (status, a Service's
+//! cluster IPs, the Endpoints of a selector Service). Besides the synced kinds, the host
+//! namespace's objects of every kind a tenant object may name
+//! ([`REFERENCEABLE_KINDS`](tenantplane_core::reference::REFERENCEABLE_KINDS)) are watched, so that
+//! the reference check sees what each reference resolves to. Under mapping v1 an index of tenant
+//! objects by host name finds the objects that share one, so which of them takes it does not depend
+//! on event order.
 
 mod act;
 mod caches;
 mod plan;
+mod runtime;
 mod tokens;
 mod upsync;
 mod watches;
@@ -40,20 +42,12 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use kube::Client;
-use kube::api::{Api, DynamicObject};
-use kube::core::ApiResource;
-use kube::discovery::ApiCapabilities;
-use kube::runtime::reflector;
 use serde_json::Value;
-use tenantplane_api::{Tenant, conditions};
-use tenantplane_core::boundary::Boundary;
+use tenantplane_api::Tenant;
 use tenantplane_core::decision::{HostAction, Outcome};
-use tenantplane_core::mapping::TenantPlacement;
 use tenantplane_core::pod_world::{PodWorld, TenantWorld};
-use tenantplane_core::reference::REFERENCEABLE_KINDS;
-use tenantplane_core::{CompiledPolicy, Plan, Planner, TenantObject};
-use tokio::sync::{Semaphore, watch};
-use tokio::task::JoinHandle;
+use tenantplane_core::{Plan, Planner, TenantObject};
+use tokio::sync::Semaphore;
 use tracing::Instrument as _;
 
 use crate::metrics::SyncMetrics;
@@ -61,16 +55,14 @@ use crate::planner::PlanService;
 use crate::queue::WorkQueue;
 use crate::ratelimit::RateLimiter;
 use crate::reconcile::{self, Step};
-use crate::record::{
-    COMPONENT, DecisionLog, DecisionRecorder, RecordError, Recorded, TenantLedger,
-};
+use crate::record::{COMPONENT, DecisionLog, DecisionRecorder, RecordError, Recorded};
 use crate::trace;
-use caches::{Caches, Gathered, Kind, LiveView, OWN_WRITE_PATIENCE};
+use crate::writer::Writer;
+pub use runtime::{TenantRuntime, start};
+
+use caches::{Caches, Gathered, LiveView, OWN_WRITE_PATIENCE};
 use plan::Planned;
 use upsync::{Up, UpSync};
-
-/// Field manager of every host write.
-pub const FIELD_MANAGER: &str = "tenantplane-syncer";
 
 /// Tuning shared by every tenant.
 #[derive(Debug, Clone)]
@@ -112,8 +104,9 @@ impl Default for Tuning {
 pub struct Shared {
     /// Host cluster client.
     pub host: Client,
-    /// Rate limit of host requests (all tenants together).
-    pub host_limiter: RateLimiter,
+    /// Every write to the host goes through it (under the host rate limit, all tenants
+    /// together).
+    pub host_writer: Writer,
     /// Where plans come from.
     pub planner: Arc<dyn PlanService>,
     /// The durable decision log, when configured.
@@ -156,34 +149,6 @@ struct Key {
     name: String,
 }
 
-/// A running tenant; its tasks stop when it is dropped.
-#[derive(Debug)]
-pub struct TenantRuntime {
-    tasks: Vec<JoinHandle<()>>,
-    tenant: String,
-    metrics: SyncMetrics,
-    /// True once every watch has listed once and the first pass is queued.
-    pub ready: watch::Receiver<bool>,
-    /// The kinds watched, as `group/Kind`.
-    pub kinds: Vec<String>,
-}
-
-impl TenantRuntime {
-    /// Runs `task` as long as this runtime: it is stopped with it.
-    pub fn adopt(&mut self, task: JoinHandle<()>) {
-        self.tasks.push(task);
-    }
-}
-
-impl Drop for TenantRuntime {
-    fn drop(&mut self) {
-        for t in &self.tasks {
-            t.abort();
-        }
-        self.metrics.forget_tenant(&self.tenant);
-    }
-}
-
 /// Per-tenant state the workers share.
 struct Worker {
     shared: Arc<Shared>,
@@ -206,141 +171,6 @@ struct Worker {
     /// What the Tenant's pods get of its control plane.
     pods: PodContext,
     tokens: tokens::Tokens,
-}
-
-/// Starts the runtime of one tenant.
-pub async fn start(
-    shared: Arc<Shared>,
-    tenant: Tenant,
-    (policy_text, policy): (Option<String>, CompiledPolicy),
-    profile: Option<(String, Boundary)>,
-    kinds: Vec<(ApiResource, ApiCapabilities)>,
-    (tenant_client, pods): (Client, PodContext),
-    ledger: TenantLedger,
-) -> anyhow::Result<TenantRuntime> {
-    let placement = TenantPlacement::from(&tenant);
-    let host_ns = placement.host_namespace.clone();
-    let mut kind_table = Vec::new();
-    let mut kind_watches = Vec::new();
-    for (index, (ar, caps)) in kinds.iter().enumerate() {
-        let tenant_api = Api::<DynamicObject>::all_with(tenant_client.clone(), ar);
-        let host_api = Api::<DynamicObject>::namespaced_with(shared.host.clone(), &host_ns, ar);
-        let tenant_writer = reflector::store::Writer::new(ar.clone());
-        let host_writer = reflector::store::Writer::new(ar.clone());
-        kind_table.push(Kind {
-            ar: ar.clone(),
-            tenant: tenant_writer.as_reader(),
-            host: host_writer.as_reader(),
-            host_api: host_api.clone(),
-            has_status: caps.subresources.iter().any(|(s, _)| s.plural == "status")
-                || tenantplane_core::translate::status_flows_up(&ar.group, &ar.kind),
-        });
-        kind_watches.push(watches::KindWatches {
-            index,
-            tenant: (tenant_api, tenant_writer),
-            host: (host_api, host_writer),
-        });
-    }
-    let mut referenced = Vec::new();
-    let mut reference_watches = Vec::new();
-    for (group, kind) in REFERENCEABLE_KINDS {
-        if kinds
-            .iter()
-            .any(|(ar, _)| ar.group == group && ar.kind == kind)
-        {
-            continue;
-        }
-        let ar = ApiResource::from_gvk(&kube::core::GroupVersionKind::gvk(group, "v1", kind));
-        let writer = reflector::store::Writer::new(ar.clone());
-        referenced.push((ar.clone(), writer.as_reader()));
-        let api = Api::<DynamicObject>::namespaced_with(shared.host.clone(), &host_ns, &ar);
-        reference_watches.push((ar, api, writer));
-    }
-    let tuning = shared.tuning.clone();
-    let metrics = shared.metrics.clone();
-    let tenant_name = placement.tenant.clone();
-    let (profile, planner) = match profile {
-        Some((text, boundary)) => (
-            Some(text),
-            Planner::new(&tenant, policy).with_boundary(boundary),
-        ),
-        None => (None, Planner::new(&tenant, policy)),
-    };
-    let queue = WorkQueue::with_depth_gauge(metrics.queue_depth(&tenant_name));
-    let tenant_limiter = Arc::new(RateLimiter::new(tuning.tenant_qps, tuning.tenant_burst));
-    let (status, reason, message) = pods.world.api.condition();
-    ledger.set_condition(conditions::POD_API_ACCESS, status, reason, &message);
-    let worker = Arc::new(Worker {
-        recorder: DecisionRecorder::new(
-            tenant_client.clone(),
-            ledger,
-            shared.log.clone(),
-            shared.metrics.clone(),
-        ),
-        upsync: UpSync::new(tenant_client.clone(), tenant_limiter.clone()),
-        tenant_client: tenant_client.clone(),
-        tenant_limiter,
-        pods,
-        tokens: tokens::Tokens::default(),
-        shared,
-        policy: policy_text,
-        profile,
-        planner,
-        caches: Caches::new(placement, kind_table, referenced),
-        queue,
-        attempts: Mutex::new(HashMap::new()),
-        tenant,
-    });
-
-    let mut tasks = watches::spawn(&worker, kind_watches, reference_watches);
-    let (ready_tx, ready) = watch::channel(false);
-    let w = worker.clone();
-    tasks.push(tokio::spawn(async move {
-        // Nothing is decided before both sides are listed: an unlisted store would look like
-        // deleted tenant objects and delete their host objects.
-        for store in w.caches.stores() {
-            let _ = store.wait_until_ready().await;
-        }
-        if let Some(log) = &w.shared.log {
-            let tenant = &w.caches.placement.tenant;
-            let settled = crate::settle::settle_tenant(
-                log,
-                &w.shared.host,
-                &tenant_client,
-                tenant,
-                w.shared.log_start,
-            );
-            if let Err(e) = settled.await {
-                tracing::warn!(tenant = %tenant, error = %e, "settling open host actions failed");
-            }
-        }
-        w.enqueue_all();
-        let _ = ready_tx.send(true);
-        loop {
-            tokio::time::sleep(w.shared.tuning.resync).await;
-            w.enqueue_all();
-        }
-    }));
-    for _ in 0..tuning.workers_per_tenant.max(1) {
-        let w = worker.clone();
-        let mut listed = ready.clone();
-        tasks.push(tokio::spawn(async move {
-            // Watch events queue keys before the other side has listed: decide none until both
-            // have (a host object not yet in the store would be created again).
-            let _ = listed.wait_for(|listed| *listed).await;
-            w.work().await
-        }));
-    }
-    Ok(TenantRuntime {
-        tasks,
-        tenant: tenant_name,
-        metrics,
-        ready,
-        kinds: kinds
-            .iter()
-            .map(|(ar, _)| format!("{}/{}", ar.group, ar.kind))
-            .collect(),
-    })
 }
 
 impl Worker {

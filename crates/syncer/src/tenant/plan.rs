@@ -111,11 +111,10 @@ impl Worker {
             }
             Err(e) => {
                 for ((key, o), span) in keys.iter().zip(&objects).zip(spans) {
-                    let d = reconcile::deferred(
+                    let d = reconcile::deferred::unplanned(
                         &self.caches.placement,
                         o,
-                        e.reason(),
-                        &format!("{e}; retried with backoff, nothing guessed"),
+                        &e,
                         trace::stamp_in(&span, COMPONENT),
                     );
                     let k = self.caches.key_string(key);

@@ -20,7 +20,7 @@ use k8s_openapi::api::authentication::v1::{
 };
 use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
+use kube::api::{Api, DynamicObject, PostParams};
 use kube::core::ApiResource;
 use serde_json::{Value, json};
 use tenantplane_api::provenance;
@@ -31,10 +31,11 @@ use tenantplane_core::pod_world::{MintedToken, TokenRequest, TokenUpkeep, token_
 use tracing::Instrument as _;
 
 use super::caches::OwnWrite;
-use super::{FIELD_MANAGER, Key, Worker};
+use super::{Key, Worker};
 use crate::reconcile;
 use crate::record::{COMPONENT, reference_of};
 use crate::trace;
+use crate::writer::{Write, WriteError};
 
 /// What the tenant runtime keeps about its pods' token Secrets.
 #[derive(Debug, Default)]
@@ -104,7 +105,7 @@ impl Worker {
                 return;
             }
             TokenUpkeep::Foreign(why) => {
-                let d = reconcile::tokens_refused(
+                let d = reconcile::tokens::refused(
                     tenant,
                     pod,
                     &secret_name,
@@ -131,7 +132,7 @@ impl Worker {
             let minted = match self.mint(pod, &service_account, &requests).await {
                 Ok(minted) => minted,
                 Err(e) => {
-                    let d = reconcile::tokens_refused(
+                    let d = reconcile::tokens::refused(
                         tenant,
                         pod,
                         &secret_name,
@@ -152,7 +153,7 @@ impl Worker {
                     return;
                 }
             };
-            let decision = reconcile::tokens_issued(
+            let decision = reconcile::tokens::issued(
                 tenant,
                 pod,
                 &secret_name,
@@ -206,16 +207,11 @@ impl Worker {
                 }
                 Err(e) => {
                     let span = trace::follow_up_span(&decision);
-                    let stamp = trace::stamp_in(&span, COMPONENT);
-                    let failed = match &e {
-                        kube::Error::Api(s) if s.code == 409 => {
-                            reconcile::superseded(&decision, &e.to_string(), stamp)
-                        }
-                        _ if reconcile::refused_for_content(&e) => {
-                            reconcile::refused_by_host(&decision, &e.to_string(), stamp)
-                        }
-                        _ => reconcile::failed(&decision, &e.to_string(), stamp),
-                    };
+                    let failed = reconcile::failure::unapplied(
+                        &decision,
+                        &e,
+                        trace::stamp_in(&span, COMPONENT),
+                    );
                     let _ = self
                         .recorder
                         .record(
@@ -285,59 +281,33 @@ impl Worker {
     }
 
     /// Creates (`Create`) or server-side applies (with the resourceVersion seen as precondition)
-    /// the token Secret, remembering the write until the host store shows it.
+    /// the token Secret `name`, remembering the write until the host store shows it.
     async fn write_token_secret(
         &self,
         name: &str,
         action: HostAction,
         body: Value,
-    ) -> Result<(), kube::Error> {
+    ) -> Result<(), WriteError> {
         let ar = ApiResource::erase::<k8s_openapi::api::core::v1::Secret>(&());
-        let api: Api<DynamicObject> = Api::namespaced_with(
-            self.shared.host.clone(),
-            &self.caches.placement.host_namespace,
-            &ar,
-        );
-        let span = trace::kube_call_span(
-            "tenantplane.host.write",
-            if action == HostAction::Create {
-                "POST"
-            } else {
-                "PATCH"
-            },
-            "Secret",
-            &self.caches.placement.host_namespace,
-            name,
-        );
-        self.shared.host_limiter.acquire().await;
-        let written = if action == HostAction::Create {
-            let obj: DynamicObject =
-                serde_json::from_value(body).map_err(kube::Error::SerdeError)?;
-            let params = PostParams {
-                dry_run: false,
-                field_manager: Some(FIELD_MANAGER.into()),
-            };
-            api.create(&params, &obj).await
+        let host_namespace = &self.caches.placement.host_namespace;
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(self.shared.host.clone(), host_namespace, &ar);
+        let write = if action == HostAction::Create {
+            Write::Create(body)
         } else {
-            api.patch(
-                name,
-                &PatchParams::apply(FIELD_MANAGER).force(),
-                &Patch::Apply(&body),
-            )
-            .await
+            Write::Apply(body)
         };
-        if let Err(kube::Error::Api(s)) = &written {
-            span.record("otel.status_code", "ERROR");
-            span.record("http.response.status_code", s.code);
-        }
-        drop(span);
-        let written = written?;
-        if let Some(w) = OwnWrite::written(written) {
+        let written = self
+            .shared
+            .host_writer
+            .write(&api, "Secret", host_namespace, &write)
+            .await?;
+        if let Some(w) = written {
             self.tokens
                 .written
                 .lock()
                 .expect("token writes lock")
-                .insert(name.to_string(), w);
+                .insert(name.to_string(), OwnWrite::written(w));
         }
         Ok(())
     }

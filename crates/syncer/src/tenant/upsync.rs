@@ -16,11 +16,12 @@ use tenantplane_core::TenantObject;
 use tenantplane_core::translate;
 use tracing::Instrument as _;
 
+use super::Key;
 use super::caches::{Caches, to_value};
-use super::{FIELD_MANAGER, Key};
 use crate::ratelimit::RateLimiter;
 use crate::reconcile;
 use crate::trace;
+use crate::writer::FIELD_MANAGER;
 
 /// What flows up for one key.
 pub(super) enum Up<'a> {

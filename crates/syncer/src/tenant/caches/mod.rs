@@ -1,27 +1,20 @@
 //! gather: what decisions read about one Tenant, and when it may be read. The watch stores of its
 //! synced kinds on both sides and of the host objects its objects may reference, the lookups
 //! between tenant objects and their host objects, the index of tenant objects sharing a v1 host
-//! name, the objects known to be in place, and the own-write rules.
-//!
-//! The own-write rules: the stores lag the syncer's own writes. A key whose last host write the
-//! host store does not show yet, or whose host name has a write in flight, is not decided on
-//! ([`OwnWrite`], [`Caches::host_behind`]), so a create never looks missing and a delete never
-//! looks undone; likewise a tenant Service this syncer recreated with its host Service's cluster
-//! IPs until the tenant store shows the new Service ([`Caches::tenant_behind`]). Either waits
-//! [`OWN_WRITE_PATIENCE`] at most.
+//! name, the objects known to be in place, and the own-write rules ([`own_writes`]: when the
+//! stores lag this syncer's own writes).
 //!
 //! The stores hold what decisions read, not whole objects: managedFields field sets are dropped
 //! on both sides, and a host object keeps its metadata, status, a Service's spec and an
-//! Endpoints' subsets ([`trim_tenant_object`], [`trim_host_object`]; the rest of a host object is
-//! compared by the digest it carries).
+//! Endpoints' subsets ([`stored`]; the rest of a host object is compared by the digest it
+//! carries).
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
 
 use kube::ResourceExt;
 use kube::api::{Api, DynamicObject};
-use kube::core::{ApiResource, TypeMeta};
+use kube::core::ApiResource;
 use kube::runtime::reflector::{ObjectRef, Store};
 use serde_json::{Value, json};
 use tenantplane_api::provenance;
@@ -32,82 +25,16 @@ use tenantplane_core::reference::HostObjects;
 use tenantplane_core::translate;
 use tenantplane_core::{Planner, SourceIdentity, TenantObject};
 
+mod own_writes;
+mod stored;
+
+use own_writes::Recreation;
+pub(super) use own_writes::{OWN_WRITE_PATIENCE, OwnWrite};
+pub(super) use stored::{to_value, trim_host_object, trim_tenant_object, type_meta};
+
 use super::Key;
-use crate::reconcile::{self, HostWrite, Step};
-
-/// How long a write of this syncer may take to show in its own watch before the watch's store is
-/// believed again anyway (a watch down for longer: the write preconditions still protect).
-pub(super) const OWN_WRITE_PATIENCE: Duration = Duration::from_secs(10);
-
-/// A host write of this syncer that its host watch has not shown yet. Until it has, the host store
-/// holds an older state of that name than the one this syncer made, and nothing is decided on it.
-#[derive(Debug)]
-pub(super) struct OwnWrite {
-    /// uid of the object created, applied or deleted.
-    uid: String,
-    /// The resourceVersion the create or apply returned; `None` for a delete.
-    resource_version: Option<String>,
-    at: Instant,
-}
-
-impl OwnWrite {
-    /// The object a create or an apply returned, if it has a uid and a resourceVersion.
-    pub(super) fn written(o: DynamicObject) -> Option<OwnWrite> {
-        Some(OwnWrite {
-            uid: o.uid()?,
-            resource_version: Some(o.resource_version()?),
-            at: Instant::now(),
-        })
-    }
-
-    /// The delete of the object with this uid.
-    pub(super) fn deleted(uid: String) -> OwnWrite {
-        OwnWrite {
-            uid,
-            resource_version: None,
-            at: Instant::now(),
-        }
-    }
-
-    /// Whether the host store, whose object at the name is `cached`, is still to show this
-    /// write: it does not yet, and the patience is not over.
-    pub(super) fn waits_for(&self, cached: Option<&Value>) -> bool {
-        self.at.elapsed() < OWN_WRITE_PATIENCE && !self.shown_by(cached)
-    }
-
-    /// Whether `cached` (the host store's object at the name) shows this write or a later state.
-    fn shown_by(&self, cached: Option<&Value>) -> bool {
-        let uid = cached
-            .and_then(|c| c.pointer("/metadata/uid"))
-            .and_then(Value::as_str);
-        match (&self.resource_version, cached) {
-            (None, _) => uid != Some(self.uid.as_str()),
-            (Some(_), None) => false,
-            (Some(written), Some(c)) => {
-                let cached = c
-                    .pointer("/metadata/resourceVersion")
-                    .and_then(Value::as_str)
-                    .unwrap_or_default();
-                // resourceVersions are opaque; integers (etcd, the local server) also order.
-                let later = match (cached.parse::<u64>(), written.parse::<u64>()) {
-                    (Ok(c), Ok(w)) => c >= w,
-                    _ => cached == written,
-                };
-                uid == Some(self.uid.as_str()) && later
-            }
-        }
-    }
-}
-
-/// A tenant Service this syncer recreated to carry its host Service's cluster IPs.
-#[derive(Debug)]
-struct Recreation {
-    /// uid of the tenant Service deleted (the host Service's provenance still names it).
-    from_uid: String,
-    /// uid of the tenant Service created in its place, once created.
-    to_uid: Option<String>,
-    at: Instant,
-}
+use crate::reconcile::{self, Step};
+use crate::writer::Write;
 
 /// One synced kind: its stores on both sides and the host API its writes go to.
 #[derive(Debug)]
@@ -471,124 +398,6 @@ impl Caches {
         })
     }
 
-    /// Whether the host store has not yet shown this syncer's last write at the key's host name:
-    /// a decision now would take an older state for the current one (a create that looks
-    /// missing, a delete that looks undone), or a write at that name is still in flight. Forgets
-    /// writes the store shows.
-    pub(super) fn host_behind(&self, key: &Key) -> bool {
-        let name = self.host_name_of(key);
-        if self
-            .writes_in_flight
-            .lock()
-            .expect("writes in flight lock")
-            .contains(&(key.kind, name.clone()))
-        {
-            return true;
-        }
-        let mut writes = self.own_writes.lock().expect("own writes lock");
-        let Some(w) = writes.get(&(key.kind, name.clone())) else {
-            return false;
-        };
-        if w.waits_for(self.host_cached(key.kind, &name).as_ref()) {
-            return true;
-        }
-        writes.remove(&(key.kind, name));
-        false
-    }
-
-    /// Whether the tenant store has not yet shown the tenant Service this syncer recreated at
-    /// `key` (`tenant_uid`: the uid the store shows, if any). Forgets recreations that are
-    /// complete: the new Service shown and its host Service's provenance naming it.
-    fn tenant_behind(&self, key: &Key, tenant_uid: Option<&str>) -> bool {
-        let mut recreations = self.recreations.lock().expect("recreations lock");
-        let Some(r) = recreations.get(key) else {
-            return false;
-        };
-        let waiting = r.at.elapsed() < OWN_WRITE_PATIENCE;
-        let (behind, done) = match tenant_uid {
-            Some(uid) if Some(uid) == r.to_uid.as_deref() => {
-                let host = self.host_cached(key.kind, &self.host_name_of(key));
-                (false, host.as_ref().and_then(source_uid_of) == Some(uid))
-            }
-            Some(uid) if uid == r.from_uid || r.to_uid.is_none() => (waiting, !waiting),
-            Some(_) => (false, true),
-            None => (waiting, !waiting),
-        };
-        if done {
-            recreations.remove(key);
-        }
-        behind
-    }
-
-    /// A host write of kind `kind` at `name` starts: until [`Caches::write_done`], a key mapped
-    /// to that name is behind.
-    pub(super) fn write_started(&self, kind: usize, name: &str) -> (usize, String) {
-        let at = (kind, name.to_string());
-        self.writes_in_flight
-            .lock()
-            .expect("writes in flight lock")
-            .insert(at.clone());
-        at
-    }
-
-    /// The host write at `at` returned; `written`: what it wrote, until the host store shows it.
-    pub(super) fn write_done(&self, at: (usize, String), written: Option<OwnWrite>) {
-        if let Some(w) = written {
-            self.own_writes
-                .lock()
-                .expect("own writes lock")
-                .insert(at.clone(), w);
-        }
-        self.writes_in_flight
-            .lock()
-            .expect("writes in flight lock")
-            .remove(&at);
-    }
-
-    /// The tenant Service at `key` (uid `from_uid`) is being deleted, to be created again with
-    /// its host Service's cluster IPs.
-    pub(super) fn recreation_started(&self, key: &Key, from_uid: &str) {
-        self.recreations.lock().expect("recreations lock").insert(
-            key.clone(),
-            Recreation {
-                from_uid: from_uid.to_string(),
-                to_uid: None,
-                at: Instant::now(),
-            },
-        );
-    }
-
-    /// The tenant Service at `key` was not deleted: nothing to wait for.
-    pub(super) fn recreation_abandoned(&self, key: &Key) {
-        self.recreations
-            .lock()
-            .expect("recreations lock")
-            .remove(key);
-    }
-
-    /// The tenant Service at `key` was created again, with uid `to_uid`.
-    pub(super) fn recreated(&self, key: &Key, to_uid: Option<String>) {
-        if let Some(r) = self
-            .recreations
-            .lock()
-            .expect("recreations lock")
-            .get_mut(key)
-        {
-            r.to_uid = to_uid;
-            r.at = Instant::now();
-        }
-    }
-
-    /// The uid of the tenant Service this syncer deleted at `key` to recreate it, while its
-    /// recreation is not complete.
-    pub(super) fn recreated_from(&self, key: &Key) -> Option<String> {
-        self.recreations
-            .lock()
-            .expect("recreations lock")
-            .get(key)
-            .map(|r| r.from_uid.clone())
-    }
-
     /// Whether `o` is still as its last Synced or Unchanged decision left it, on both sides.
     fn in_place(&self, key: &Key, o: &TenantObject) -> bool {
         let in_place = self.in_place.lock().expect("in place lock");
@@ -607,7 +416,7 @@ impl Caches {
     /// forgets it.
     pub(super) fn remember_in_place(&self, key: &Key, o: &TenantObject, step: &Step) {
         let digest = match &step.write {
-            Some(HostWrite::Create(v) | HostWrite::Apply(v)) => {
+            Some(Write::Create(v) | Write::Apply(v)) => {
                 translate::recorded_digest(v).map(str::to_string)
             }
             None if step.decision.outcome == Outcome::Unchanged => self
@@ -700,218 +509,9 @@ impl HostObjects for ReferenceTargets<'_> {
     }
 }
 
-pub(super) fn to_value(obj: &DynamicObject) -> Value {
-    serde_json::to_value(obj).expect("a DynamicObject always serializes")
-}
-
 /// The source uid a host object's provenance names.
 fn source_uid_of(host: &Value) -> Option<&str> {
     host.pointer("/metadata/labels")
         .and_then(|l| l.get(provenance::SOURCE_UID))
         .and_then(Value::as_str)
-}
-
-/// The apiVersion and kind of the objects of `ar`.
-pub(super) fn type_meta(ar: &ApiResource) -> TypeMeta {
-    TypeMeta {
-        api_version: ar.api_version.clone(),
-        kind: ar.kind.clone(),
-    }
-}
-
-/// A tenant object as its store keeps it: everything but the field sets of its managedFields
-/// (only who wrote it is read, by the Endpoints up-sync; the field sets are most of the
-/// metadata of a small object), with its apiVersion and kind: a real API server sends them on
-/// the objects of a watch event but not on the items of a list.
-pub(super) fn trim_tenant_object(types: &TypeMeta, obj: &mut DynamicObject) {
-    obj.types.get_or_insert_with(|| types.clone());
-    for entry in obj.metadata.managed_fields.iter_mut().flatten() {
-        entry.fields_v1 = None;
-    }
-}
-
-/// A host object as its store keeps it: what decisions read of it and nothing else. Its metadata
-/// (provenance, the recorded digest, uid and resourceVersion) without managedFields, its status
-/// (flowing up), a Service's spec (its cluster IPs flow up), a Pod's projected volumes (whether
-/// it mounts its token Secret) and an Endpoints' subsets; the rest (the rest of a Pod's spec, a
-/// ConfigMap's or Secret's data) is what the syncer wrote from the tenant object and is compared
-/// by digest only. Like a tenant object, it gets the apiVersion and kind that a list's items lack.
-pub(super) fn trim_host_object(types: &TypeMeta, obj: &mut DynamicObject) {
-    obj.types.get_or_insert_with(|| types.clone());
-    obj.metadata.managed_fields = None;
-    let core = types.api_version == "v1";
-    let (service, pod) = (core && types.kind == "Service", core && types.kind == "Pod");
-    let Some(body) = obj.data.as_object_mut() else {
-        return;
-    };
-    body.retain(|field, _| match field.as_str() {
-        "status" | "subsets" => true,
-        "spec" => service || pod,
-        _ => false,
-    });
-    if pod && let Some(spec) = body.get_mut("spec").and_then(Value::as_object_mut) {
-        spec.retain(|field, _| field == "volumes");
-        if let Some(Value::Array(volumes)) = spec.get_mut("volumes") {
-            volumes.retain(|v| v.get("projected").is_some());
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::tenant::FIELD_MANAGER;
-
-    fn dynamic(v: Value) -> DynamicObject {
-        serde_json::from_value(v).expect("a valid object")
-    }
-
-    fn types(kind: &str) -> TypeMeta {
-        TypeMeta {
-            api_version: "v1".into(),
-            kind: kind.into(),
-        }
-    }
-
-    /// A real API server's list items have no apiVersion and kind (the List has them); the
-    /// stores give them back, so that a tenant object that existed before the syncer started is
-    /// readable like one that arrived in a watch event.
-    #[test]
-    fn a_listed_item_gets_the_apiversion_and_kind_of_its_list() {
-        let item = || {
-            dynamic(
-                json!({"metadata": {"name": "web", "namespace": "shop", "uid": "u1",
-                "resourceVersion": "3"}, "data": {"k": "v"}}),
-            )
-        };
-        assert!(
-            TenantObject::from_value(to_value(&item())).is_err(),
-            "as listed, the item is not a tenant object"
-        );
-        let mut listed = item();
-        trim_tenant_object(&types("ConfigMap"), &mut listed);
-        let object = TenantObject::from_value(to_value(&listed)).expect("a tenant object");
-        assert_eq!(object.identity.api_version, "v1");
-        assert_eq!(object.identity.kind, "ConfigMap");
-
-        let mut host = item();
-        trim_host_object(&types("ConfigMap"), &mut host);
-        assert_eq!(to_value(&host)["kind"], "ConfigMap");
-
-        let mut event = dynamic(json!({"apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": {"name": "web"}}));
-        trim_tenant_object(&types("Secret"), &mut event);
-        assert_eq!(
-            to_value(&event)["kind"],
-            "ConfigMap",
-            "what the server sent is kept"
-        );
-    }
-
-    fn managed_fields(manager: &str) -> Value {
-        json!([{"manager": manager, "operation": "Apply", "apiVersion": "v1",
-            "fieldsType": "FieldsV1", "fieldsV1": {"f:data": {"f:k": {}}}}])
-    }
-
-    #[test]
-    fn the_host_store_keeps_what_decisions_read_and_drops_the_rest() {
-        let meta = json!({"name": "cfg-x-web", "namespace": "tenant-acme", "uid": "h1",
-            "resourceVersion": "7", "labels": {"tenantplane.io/tenant": "acme"},
-            "annotations": {"tenantplane.io/digest": "d"},
-            "managedFields": managed_fields("tenantplane-syncer")});
-        let mut cm = dynamic(
-            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta,
-            "data": {"k": "a large value"}}),
-        );
-        trim_host_object(&types("ConfigMap"), &mut cm);
-        let kept = to_value(&cm);
-        assert_eq!(kept["metadata"]["labels"], meta["labels"]);
-        assert_eq!(kept["metadata"]["annotations"], meta["annotations"]);
-        assert_eq!(kept["metadata"]["resourceVersion"], "7");
-        assert_eq!(kept.pointer("/metadata/managedFields"), None);
-        assert_eq!(kept.get("data"), None);
-
-        let mut svc = dynamic(
-            json!({"apiVersion": "v1", "kind": "Service", "metadata": meta,
-            "spec": {"clusterIP": "10.0.0.7"}, "status": {"loadBalancer": {}}}),
-        );
-        trim_host_object(&types("Service"), &mut svc);
-        let kept = to_value(&svc);
-        assert_eq!(kept["spec"]["clusterIP"], "10.0.0.7", "cluster IPs flow up");
-        assert_eq!(
-            kept["status"],
-            json!({"loadBalancer": {}}),
-            "status flows up"
-        );
-
-        let token = json!({"name": "kube-api-access", "projected": {"sources": [
-            {"secret": {"name": "p-x-web.sa-token", "items": [{"key": "token", "path": "token"}]}}]}});
-        let mut pod = dynamic(json!({"apiVersion": "v1", "kind": "Pod", "metadata": meta,
-            "spec": {"containers": [{"name": "a", "image": "x"}],
-                     "volumes": [{"name": "c", "configMap": {"name": "cfg-x-web"}}, token]},
-            "status": {"phase": "Running"}}));
-        trim_host_object(&types("Pod"), &mut pod);
-        let kept = to_value(&pod);
-        assert_eq!(
-            kept["spec"],
-            json!({"volumes": [token]}),
-            "a pod keeps its projected volumes only: whether it mounts its token Secret"
-        );
-        assert_eq!(kept["status"]["phase"], "Running");
-    }
-
-    #[test]
-    fn the_tenant_store_still_tells_who_wrote_an_object() {
-        let endpoints = |manager: &str| {
-            let mut e = dynamic(json!({"apiVersion": "v1", "kind": "Endpoints",
-                "metadata": {"name": "web", "namespace": "shop",
-                    "managedFields": managed_fields(manager)},
-                "subsets": [{"addresses": [{"ip": "10.0.0.9"}]}]}));
-            trim_tenant_object(&types("Endpoints"), &mut e);
-            to_value(&e)
-        };
-        let theirs = endpoints("endpoint-controller");
-        assert!(reconcile::written_by_another_manager(
-            &theirs,
-            FIELD_MANAGER
-        ));
-        assert!(!reconcile::written_by_another_manager(
-            &endpoints(FIELD_MANAGER),
-            FIELD_MANAGER
-        ));
-        assert_eq!(theirs.pointer("/metadata/managedFields/0/fieldsV1"), None);
-        assert_eq!(theirs["subsets"][0]["addresses"][0]["ip"], "10.0.0.9");
-    }
-
-    fn host(uid: &str, rv: &str) -> Value {
-        json!({"metadata": {"name": "p-x-web", "uid": uid, "resourceVersion": rv}})
-    }
-
-    #[test]
-    fn a_host_store_that_lags_this_syncers_writes_is_behind() {
-        let created = OwnWrite {
-            uid: "h1".into(),
-            resource_version: Some("12".into()),
-            at: Instant::now(),
-        };
-        // The create is not in the store yet: it would look like there is nothing to update.
-        assert!(!created.shown_by(None));
-        assert!(
-            !created.shown_by(Some(&host("h0", "15"))),
-            "an older object"
-        );
-        assert!(!created.shown_by(Some(&host("h1", "11"))));
-        assert!(created.shown_by(Some(&host("h1", "12"))));
-        assert!(created.shown_by(Some(&host("h1", "40"))), "a later change");
-
-        let deleted = OwnWrite {
-            uid: "h1".into(),
-            resource_version: None,
-            at: Instant::now(),
-        };
-        // The deleted object still in the store would be deleted (and recorded) twice.
-        assert!(!deleted.shown_by(Some(&host("h1", "12"))));
-        assert!(deleted.shown_by(None));
-        assert!(deleted.shown_by(Some(&host("h2", "13"))), "a new object");
-    }
 }

@@ -1,11 +1,11 @@
 //! The Tenant controller in the host cluster: finalizer, host namespace, isolation, the tenant
-//! control plane connection, and one [`TenantRuntime`](crate::tenant::TenantRuntime) per Tenant.
+//! control plane connection, and one [`TenantRuntime`](crate::tenant::TenantRuntime) per Tenant
+//! (`runtimes`: the runtime table).
 //!
 //! A Tenant is reconciled when its spec, identity, deletion or finalizer change (not its status,
 //! which the syncer itself writes), when its SyncPolicy or IsolationProfile changes, and every
-//! resync period; a failing reconcile is retried with exponential backoff. Deleting a Tenant stops its runtime and removes, from its host namespace,
-//! only what tenantplane owns (`tenantplane.io/managed=true` and `tenantplane.io/tenant=<name>`),
-//! then the namespace itself if tenantplane created it.
+//! resync period; a failing reconcile is retried with exponential backoff. Deleting a Tenant is
+//! `cleanup`'s.
 
 use std::collections::HashMap;
 use std::hash::{Hash as _, Hasher as _};
@@ -15,8 +15,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Namespace, Secret};
-use kube::api::{Api, DeleteParams, ListParams, PostParams};
-use kube::discovery::{Scope, verbs};
+use kube::api::{Api, PostParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::{PredicateConfig, WatchStreamExt as _, watcher};
@@ -31,10 +30,17 @@ use tracing::Instrument as _;
 
 use crate::discovery;
 use crate::isolation::{self, IsolationService};
-use crate::record::{DecisionRecorder, TenantLedger, flush_loop};
+use crate::record::DecisionRecorder;
 use crate::shard::Shard;
-use crate::tenant::{self, Shared, TenantRuntime};
+use crate::tenant::{self, Shared};
 use crate::tenant_admission;
+use crate::tenant_status::TenantLedger;
+
+mod cleanup;
+mod runtimes;
+
+use cleanup::cleanup;
+use runtimes::{Books, Running};
 
 pub use tenantplane_api::tenant::FINALIZER;
 /// Annotation on a host namespace tenantplane created (and so may delete).
@@ -58,12 +64,6 @@ impl Error {
     }
 }
 
-#[derive(Debug)]
-struct Running {
-    fingerprint: String,
-    runtime: TenantRuntime,
-}
-
 /// What the Tenant controller shares between reconciles.
 #[derive(Debug)]
 pub struct Context {
@@ -81,132 +81,6 @@ pub struct Context {
     books: Mutex<HashMap<String, Books>>,
     /// Consecutive failed reconciles per Tenant, for the retry backoff.
     failures: std::sync::Mutex<HashMap<String, u32>>,
-}
-
-/// What is recorded about one Tenant outside its tenant runtime: the ledger (flushed to its
-/// status by `flusher`) and the recorder of the decisions the Tenant controller takes itself
-/// (isolation, unavailable API groups), which have no tenant object to send Events to.
-#[derive(Debug)]
-struct Books {
-    ledger: TenantLedger,
-    host_side: DecisionRecorder,
-    flusher: tokio::task::JoinHandle<()>,
-}
-
-impl Context {
-    /// A context with nothing running yet.
-    pub fn new(
-        shared: Arc<Shared>,
-        isolation: Arc<dyn IsolationService>,
-        resync: Duration,
-        status_interval: Duration,
-        shard: Option<Arc<Shard>>,
-    ) -> Arc<Self> {
-        Arc::new(Context {
-            shared,
-            isolation,
-            resync,
-            status_interval,
-            shard,
-            running: Mutex::new(HashMap::new()),
-            books: Mutex::new(HashMap::new()),
-            failures: std::sync::Mutex::new(HashMap::new()),
-        })
-    }
-
-    /// Whether every running tenant has listed its watches once.
-    pub async fn all_ready(&self) -> bool {
-        self.running
-            .lock()
-            .await
-            .values()
-            .all(|r| *r.runtime.ready.borrow())
-    }
-
-    /// Whether this replica serves the Tenant `name` (always, unless sharded); `running`: it
-    /// already does.
-    fn serves(&self, name: &str, running: bool) -> bool {
-        self.shard
-            .as_ref()
-            .is_none_or(|shard| shard.serves(name, running))
-    }
-
-    /// Stops serving the Tenant `name`: its runtime and the writing of its status.
-    async fn stop_serving(&self, name: &str) {
-        let stopped = self.running.lock().await.remove(name).is_some();
-        if let Some(books) = self.books.lock().await.remove(name) {
-            books.flusher.abort();
-        }
-        self.shared.metrics.serving(name, false);
-        if stopped {
-            tracing::info!(tenant = %name, "tenant runtime stopped");
-        }
-    }
-
-    /// Stops the runtimes and status writers of the Tenants this replica no longer serves.
-    async fn stop_unserved(&self) {
-        let mut names: Vec<String> = self.running.lock().await.keys().cloned().collect();
-        names.extend(self.books.lock().await.keys().cloned());
-        names.sort();
-        names.dedup();
-        for name in names {
-            if !self.serves(&name, true) {
-                self.stop_serving(&name).await;
-            }
-        }
-    }
-
-    /// Stops every tenant runtime and status writer (shutdown).
-    pub async fn stop_all(&self) {
-        let names: Vec<String> = self.books.lock().await.keys().cloned().collect();
-        for name in names {
-            self.stop_serving(&name).await;
-        }
-        self.running.lock().await.clear();
-    }
-
-    /// The Tenant's ledger and the recorder of its controller's decisions (isolation, discovery),
-    /// started on first use. The ledger continues from the counts the Tenant's status already
-    /// shows (see [`TenantLedger::continuing`]).
-    async fn books(&self, tenant: &Tenant) -> (TenantLedger, DecisionRecorder) {
-        let mut books = self.books.lock().await;
-        let name = tenant.name().to_string();
-        if let Some(b) = books.get(&name) {
-            return (b.ledger.clone(), b.host_side.clone());
-        }
-        let ledger = TenantLedger::continuing(tenant.status.as_ref());
-        let flusher = tokio::spawn(flush_loop(
-            self.shared.host.clone(),
-            name.clone(),
-            tenant.uid(),
-            ledger.clone(),
-            self.status_interval,
-        ));
-        let host_side = DecisionRecorder::host_side(
-            ledger.clone(),
-            self.shared.log.clone(),
-            self.shared.metrics.clone(),
-        );
-        books.insert(
-            name,
-            Books {
-                ledger: ledger.clone(),
-                host_side: host_side.clone(),
-                flusher,
-            },
-        );
-        (ledger, host_side)
-    }
-}
-
-impl Drop for Context {
-    fn drop(&mut self) {
-        if let Ok(books) = self.books.try_lock() {
-            for b in books.values() {
-                b.flusher.abort();
-            }
-        }
-    }
 }
 
 /// Runs the Tenant controller until the stream ends (shutdown), and, when sharded, the
@@ -428,7 +302,13 @@ async fn apply(tenant: &Tenant, ctx: &Context) -> Result<Action, Error> {
     ledger.observe(tenant.metadata.generation, &host_ns);
 
     ensure_namespace(host, tenant, &host_ns).await?;
-    let profile = apply_isolation(tenant, ctx, &ledger, &host_side_recorder, &host_ns).await?;
+    let isolation_host = isolation::Host {
+        client: host,
+        writer: &ctx.shared.host_writer,
+        recorder: &host_side_recorder,
+        ledger: &ledger,
+    };
+    let profile = isolation::keep(tenant, ctx.isolation.as_ref(), isolation_host).await?;
     // The boundary the planner decides with: what the host's admission refuses under the
     // profile, which is sent as its name, generation and spec (its status and server metadata
     // change nothing the planner decides).
@@ -622,7 +502,8 @@ async fn record_discovery(
             "",
             &group.api_service(),
         );
-        let decision = group.decision(
+        let decision = crate::reconcile::deferred::api_group_unavailable(
+            group,
             tenant,
             policy,
             crate::trace::stamp_in(&span, crate::record::COMPONENT),
@@ -655,130 +536,6 @@ async fn ensure_namespace(host: &Client, tenant: &Tenant, host_ns: &str) -> anyh
         Ok(_) => Ok(()),
         Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
         Err(e) => Err(e).with_context(|| format!("creating host namespace {host_ns}")),
-    }
-}
-
-/// Compiles and applies the Tenant's IsolationProfile; returns it (`None`: the Tenant names
-/// none), for the planner to decide with.
-async fn apply_isolation(
-    tenant: &Tenant,
-    ctx: &Context,
-    ledger: &TenantLedger,
-    recorder: &DecisionRecorder,
-    host_ns: &str,
-) -> anyhow::Result<Option<IsolationProfile>> {
-    let host = &ctx.shared.host;
-    let Some(profile_name) = &tenant.spec.isolation_profile_ref else {
-        ledger.set_condition(
-            conditions::ISOLATION_APPLIED,
-            true,
-            "NoIsolationProfile",
-            "the Tenant names no IsolationProfile: no isolation objects are compiled",
-        );
-        return Ok(None);
-    };
-    let profile = match Api::<IsolationProfile>::all(host.clone())
-        .get_opt(profile_name)
-        .await?
-    {
-        Some(p) => p,
-        None => {
-            ledger.set_condition(
-                conditions::ISOLATION_APPLIED,
-                false,
-                "IsolationProfileNotFound",
-                &format!("IsolationProfile {profile_name} does not exist"),
-            );
-            anyhow::bail!("IsolationProfile {profile_name} does not exist");
-        }
-    };
-    let span = crate::trace::isolation_span(tenant.name(), profile_name);
-    compile_and_apply(tenant, ctx, ledger, recorder, host_ns, &profile)
-        .instrument(span)
-        .await?;
-    Ok(Some(profile))
-}
-
-/// Compiles the Tenant's IsolationProfile and applies it, in the span of
-/// [`apply_isolation`]: the compiler's server span is its child, and it becomes the decision span
-/// of the compilation when anything is written (see [`isolation::apply`]).
-async fn compile_and_apply(
-    tenant: &Tenant,
-    ctx: &Context,
-    ledger: &TenantLedger,
-    recorder: &DecisionRecorder,
-    host_ns: &str,
-    profile: &IsolationProfile,
-) -> anyhow::Result<()> {
-    let host = &ctx.shared.host;
-    let profile_name = profile.name_any();
-    let ns = Api::<Namespace>::all(host.clone()).get(host_ns).await?;
-    let previous = isolation::previously_applied(&serde_json::to_value(&ns)?);
-    let compiled = match ctx.isolation.compile(tenant, profile, &previous).await {
-        Ok(c) => c,
-        Err(e) => {
-            ledger.set_condition(conditions::ISOLATION_APPLIED, false, "CompileFailed", &e);
-            anyhow::bail!("compiling IsolationProfile {profile_name}: {e}");
-        }
-    };
-    let source = isolation::Source::new(tenant, profile)?;
-    match isolation::apply(host, recorder, &source, &compiled, &previous).await {
-        Ok(done) => {
-            ledger.set_condition(
-                conditions::ISOLATION_APPLIED,
-                true,
-                "Applied",
-                &format!(
-                    "IsolationProfile {profile_name} (generation {}): {} objects applied, {} pruned, {} unchanged",
-                    source.generation, done.applied, done.pruned, done.unchanged
-                ),
-            );
-            Ok(())
-        }
-        Err(e) => {
-            ledger.set_condition(
-                conditions::ISOLATION_APPLIED,
-                false,
-                "ApplyFailed",
-                &format!("{e:#}"),
-            );
-            Err(e)
-        }
-    }
-}
-
-/// Removes the Tenant's admission objects from its control plane, each removal a recorded
-/// decision. A control plane that cannot be reached (perhaps gone before its Tenant) is left as
-/// it is, with a warning.
-async fn remove_tenant_admission(tenant: &Tenant, ctx: &Context) {
-    let host = &ctx.shared.host;
-    let name = tenant.name_any();
-    let removed = async {
-        let policy = match &tenant.spec.sync_policy_ref {
-            Some(p) => Api::<SyncPolicy>::all(host.clone()).get_opt(p).await?,
-            None => None,
-        };
-        let compiled = match &policy {
-            Some(p) => CompiledPolicy::compile(p)?,
-            None => CompiledPolicy::builtin_default(),
-        };
-        let yaml = read_kubeconfig(host, tenant).await?;
-        let client = connect(&yaml, tenant.spec.control_plane.context.as_deref()).await?;
-        let recorder = DecisionRecorder::host_side(
-            TenantLedger::default(),
-            ctx.shared.log.clone(),
-            ctx.shared.metrics.clone(),
-        );
-        let source = tenant_admission::Source::new(tenant, policy.as_ref(), &compiled);
-        tenant_admission::remove_namespace_labels(&client, &recorder, &source).await?;
-        tenant_admission::remove(&client, &recorder, &source).await
-    }
-    .await;
-    match removed {
-        Ok(n) => tracing::info!(tenant = %name, removed = n, "tenant admission removed"),
-        Err(e) => {
-            tracing::warn!(tenant = %name, error = %format!("{e:#}"), "tenant admission left in place")
-        }
     }
 }
 
@@ -817,95 +574,6 @@ pub async fn connect(kubeconfig: &str, context: Option<&str>) -> anyhow::Result<
         .await
         .context("reaching the tenant control plane")?;
     Ok(client)
-}
-
-async fn cleanup(tenant: &Tenant, ctx: &Context) -> Result<Action, Error> {
-    let name = tenant.name().to_string();
-    let host_ns = tenant.host_namespace();
-    ctx.stop_serving(&name).await;
-    let host = &ctx.shared.host;
-    remove_tenant_admission(tenant, ctx).await;
-    let selector = format!(
-        "{}=true,{}={}",
-        provenance::MANAGED,
-        provenance::TENANT,
-        name
-    );
-    let groups = discovery::served_groups(host)
-        .await
-        .context("discovering the host API for cleanup")?;
-    let mut resources = Vec::new();
-    for (group, versions) in &groups {
-        // The preferred version: a kind is cleaned up once, whatever the versions it is served
-        // at. A group that does not answer holds nothing tenantplane wrote (the syncer writes
-        // the kinds it synced and compiled, all served by the host API server itself).
-        let Some(version) = versions.first() else {
-            continue;
-        };
-        match discovery::group_version_resources(host, group, version).await {
-            Ok(found) => resources.extend(found),
-            Err(unavailable) => tracing::warn!(
-                tenant = %name,
-                group = %unavailable.group_version(),
-                error = %unavailable.error,
-                "host API group unavailable during cleanup"
-            ),
-        }
-    }
-    let mut removed = 0usize;
-    for (ar, caps) in resources {
-        if !caps.supports_operation(verbs::LIST)
-            || !caps.supports_operation(verbs::DELETE)
-            || ar.plural.contains('/')
-            || ar.kind == "Namespace"
-            || ar.kind == "Event"
-        {
-            continue;
-        }
-        let api: Api<kube::api::DynamicObject> = match caps.scope {
-            Scope::Namespaced => Api::namespaced_with(host.clone(), &host_ns, &ar),
-            // Cluster-scoped objects (admission policies) labelled for this tenant.
-            Scope::Cluster => Api::all_with(host.clone(), &ar),
-        };
-        let list = match api
-            .list_metadata(&ListParams::default().labels(&selector))
-            .await
-        {
-            Ok(l) => l,
-            Err(e) => {
-                tracing::debug!(kind = %ar.kind, error = %e, "cleanup list");
-                continue;
-            }
-        };
-        for obj in list {
-            match api.delete(&obj.name_any(), &DeleteParams::default()).await {
-                Ok(_) => removed += 1,
-                Err(kube::Error::Api(s)) if s.code == 404 => {}
-                Err(e) => {
-                    return Err(anyhow::Error::from(e)
-                        .context(format!("deleting {} {}", ar.kind, obj.name_any()))
-                        .into());
-                }
-            }
-        }
-    }
-    let namespaces: Api<Namespace> = Api::all(host.clone());
-    if let Some(ns) = namespaces
-        .get_opt(&host_ns)
-        .await
-        .context("reading the host namespace")?
-        && ns.annotations().get(CREATED_ANNOTATION).map(String::as_str)
-            == Some(crate::record::COMPONENT)
-        && ns.labels().get(provenance::TENANT) == Some(&name)
-    {
-        match namespaces.delete(&host_ns, &DeleteParams::default()).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(s)) if s.code == 404 => {}
-            Err(e) => return Err(anyhow::Error::from(e).into()),
-        }
-    }
-    tracing::info!(tenant = %name, removed, "tenant cleaned up");
-    Ok(Action::await_change())
 }
 
 #[cfg(test)]

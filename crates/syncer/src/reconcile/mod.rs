@@ -6,6 +6,12 @@
 //! the planner's. Pure: no client, no clock beyond the [`Stamp`] passed in, tested without a
 //! cluster.
 //!
+//! Every [`Decision`] the syncer takes is formed here: about a tenant object (this module), about
+//! a compiled set's objects ([`compiled`]), about what cannot be decided yet ([`deferred`]), about
+//! a pod's token Secret ([`tokens`]), and the decisions closing one whose host write was not made
+//! ([`failure`]: the host refused or failed it, the host object changed since, or the syncer
+//! stopped first).
+//!
 //! ```text
 //!  tenant object ──plan (planner)──▶ verdict + placement
 //!        │                                  │ collision::check(live host object)   (re-run here:
@@ -18,31 +24,19 @@
 use serde_json::{Value, json};
 use tenantplane_api::{SyncAction, provenance};
 use tenantplane_core::collision::{self, Collision, ConflictCause, HostObjectMeta};
-use tenantplane_core::decision::{
-    Decision, HostAction, HostTarget, IssuedToken, Outcome, Stamp, Subject,
-};
+use tenantplane_core::decision::{Decision, HostAction, HostTarget, Outcome, Stamp, Subject};
 use tenantplane_core::mapping::{self, TenantPlacement};
-use tenantplane_core::pod_world::{self, MintedToken, PodWorld, TokenUpkeep};
+use tenantplane_core::pod_world::PodWorld;
 use tenantplane_core::reference::HostObjects;
 use tenantplane_core::translate::{self, HostDesired};
 use tenantplane_core::{Plan, Planner, SourceIdentity, TenantObject};
 
-/// What to do to the host.
-#[derive(Clone, Debug, PartialEq)]
-pub enum HostWrite {
-    /// Create this object (fails if anything is at its name: never overwrite).
-    Create(Value),
-    /// Server-side apply this object over our own host object (with its resourceVersion as a
-    /// precondition, so a host object replaced in the meantime is not touched).
-    Apply(Value),
-    /// Delete our host object with this uid (precondition).
-    Delete {
-        /// Host object name.
-        name: String,
-        /// Its uid, as a delete precondition.
-        uid: Option<String>,
-    },
-}
+use crate::writer::Write;
+
+pub mod compiled;
+pub mod deferred;
+pub mod failure;
+pub mod tokens;
 
 /// The result of reconciling one tenant object.
 #[derive(Clone, Debug, PartialEq)]
@@ -50,7 +44,7 @@ pub struct Step {
     /// The decision taken.
     pub decision: Decision,
     /// The host write it leads to, if any.
-    pub write: Option<HostWrite>,
+    pub write: Option<Write>,
     /// Status to write back to the tenant object, if it differs.
     pub status_up: Option<Value>,
 }
@@ -128,39 +122,16 @@ pub fn reconcile_present(
     if plan.verdict.action == SyncAction::Sync {
         // Decided again on the live view, the isolation boundary included.
         plan.profile = None;
-        let c = collision::check(
+        plan.decide_at_target(collision::check(
             &tenant.tenant,
             &object.identity,
             &plan.placement,
             meta.as_ref(),
-        );
-        (plan.outcome, plan.action, plan.reason, plan.message) = match &c {
-            Collision::Create => (
-                Outcome::Synced,
-                HostAction::Create,
-                plan.verdict.reason.clone(),
-                plan.verdict.message.clone(),
-            ),
-            Collision::UpdateOwn => (
-                Outcome::Synced,
-                HostAction::Update,
-                plan.verdict.reason.clone(),
-                plan.verdict.message.clone(),
-            ),
-            Collision::Conflict { owner, differs } => (
-                Outcome::Conflict,
-                HostAction::None,
-                differs.reason().to_string(),
-                format!(
-                    "host {} {}/{} belongs to {owner}; refused and left untouched",
-                    plan.placement.kind, plan.placement.namespace, plan.placement.name
-                ),
-            ),
-        };
-        if let Collision::Conflict {
+        ));
+        if let Some(Collision::Conflict {
             differs: ConflictCause::OtherUid,
             owner,
-        } = &c
+        }) = &plan.collision
         {
             // Same tenant, kind, namespace and name, another uid: the host object belongs to an
             // earlier incarnation of this very object, which is gone. It is deleted; the current
@@ -174,7 +145,6 @@ pub fn reconcile_present(
                 plan.placement.kind, plan.placement.namespace, plan.placement.name
             );
         }
-        plan.collision = Some(c);
         if let Some(by) = planner.claimant(object, &plan, live.sharing.iter().copied()) {
             plan.refuse_claimed(&by.identity);
         }
@@ -231,7 +201,7 @@ pub fn reconcile_present(
             if let Some(world) = live.world {
                 world.furnish(&object.object, &mut d.object);
             }
-            write = Some(HostWrite::Create(with_decision_id(d.object, &decision.id)));
+            write = Some(Write::Create(with_decision_id(d.object, &decision.id)));
         }
         (HostAction::Update, Some(d)) => {
             let body = if pod {
@@ -243,10 +213,10 @@ pub fn reconcile_present(
             if let Some(rv) = host.and_then(resource_version_of) {
                 object["metadata"]["resourceVersion"] = json!(rv);
             }
-            write = Some(HostWrite::Apply(object));
+            write = Some(Write::Apply(object));
         }
         (HostAction::Delete, _) if host.is_some() => {
-            write = Some(HostWrite::Delete {
+            write = Some(Write::Delete {
                 name: plan.placement.name.clone(),
                 uid: host.and_then(uid_of),
             });
@@ -393,259 +363,12 @@ pub fn reconcile_absent(
     };
     Some(Step {
         decision,
-        write: Some(HostWrite::Delete {
+        write: Some(Write::Delete {
             name: meta.name,
             uid: uid_of(host),
         }),
         status_up: None,
     })
-}
-
-/// A decision about a tenant object that could not be planned because a dependency (the planner)
-/// is unavailable: nothing is guessed and nothing is written.
-pub fn deferred(
-    tenant: &TenantPlacement,
-    object: &TenantObject,
-    reason: &str,
-    message: &str,
-    stamp: Stamp,
-) -> Decision {
-    let id = &object.identity;
-    Decision {
-        id: stamp.id,
-        time: stamp.time,
-        tenant: tenant.tenant.clone(),
-        subject: Subject {
-            api_version: id.api_version.clone(),
-            kind: id.kind.clone(),
-            namespace: id.namespace.clone(),
-            name: id.name.clone(),
-            uid: id.uid.clone(),
-            resource_version: object.resource_version.clone().unwrap_or_default(),
-        },
-        target: None,
-        outcome: Outcome::Deferred,
-        action: HostAction::None,
-        policy: None,
-        profile: None,
-        reason: reason.into(),
-        message: message.into(),
-        field_path: None,
-        stripped_keys: Vec::new(),
-        input_digest: tenantplane_core::planner::input_digest(&object.object),
-        mapping_version: tenant.mapping.to_string(),
-        component: stamp.component,
-        component_version: stamp.component_version,
-        trace_id: stamp.trace_id,
-        span_id: stamp.span_id,
-        closes: None,
-        tokens: Vec::new(),
-    }
-}
-
-/// The decision to put tokens of a tenant pod's own ServiceAccount (`service_account`) into its
-/// token Secret `secret` (what `upkeep` found of it): issued when there is none (Create), else
-/// refreshed or replaced (Update). It names each token's ServiceAccount, audiences, expiry and
-/// key; never a token.
-pub fn tokens_issued(
-    tenant: &TenantPlacement,
-    pod: &TenantObject,
-    secret: &str,
-    upkeep: &TokenUpkeep,
-    minted: &[MintedToken],
-    service_account: &str,
-    stamp: Stamp,
-) -> Decision {
-    let (action, reason, why) = match upkeep {
-        TokenUpkeep::Issue => (
-            HostAction::Create,
-            "ServiceAccountTokenIssued",
-            String::new(),
-        ),
-        TokenUpkeep::Replace(why) => (
-            HostAction::Update,
-            "ServiceAccountTokenIssued",
-            format!(" (the Secret was replaced: {why})"),
-        ),
-        _ => (
-            HostAction::Update,
-            "ServiceAccountTokenRefreshed",
-            String::new(),
-        ),
-    };
-    let tokens: Vec<IssuedToken> = minted
-        .iter()
-        .map(|t| IssuedToken {
-            audiences: t.request.audience.iter().cloned().collect(),
-            expires: t.expires,
-            key: t.request.key.clone(),
-            service_account: service_account.to_string(),
-        })
-        .collect();
-    let each: Vec<String> = minted
-        .iter()
-        .map(|t| {
-            format!(
-                "{} (audience {}, expires {}, refreshed at {})",
-                t.request.key,
-                t.request
-                    .audience
-                    .as_deref()
-                    .unwrap_or("of the tenant API server"),
-                t.expires,
-                pod_world::refresh_at(t.issued, t.expires)
-            )
-        })
-        .collect();
-    let message = format!(
-        "tokens of ServiceAccount {service_account} from the tenant API server's TokenRequest, \
-         bound to pod {} (uid {}), in host Secret {}/{secret}{why}: {}",
-        pod.identity,
-        pod.identity.uid,
-        tenant.host_namespace,
-        each.join("; ")
-    );
-    let mut d = pod_token_decision(tenant, pod, secret, Outcome::Synced, reason, message, stamp);
-    d.action = action;
-    d.tokens = tokens;
-    d
-}
-
-/// The decision that a tenant pod gets no tokens now: its TokenRequest failed (`Failed`,
-/// retried) or something else is at its token Secret's name (`Conflict`, left untouched).
-pub fn tokens_refused(
-    tenant: &TenantPlacement,
-    pod: &TenantObject,
-    secret: &str,
-    outcome: Outcome,
-    reason: &str,
-    message: String,
-    stamp: Stamp,
-) -> Decision {
-    pod_token_decision(tenant, pod, secret, outcome, reason, message, stamp)
-}
-
-fn pod_token_decision(
-    tenant: &TenantPlacement,
-    pod: &TenantObject,
-    secret: &str,
-    outcome: Outcome,
-    reason: &str,
-    message: String,
-    stamp: Stamp,
-) -> Decision {
-    let id = &pod.identity;
-    Decision {
-        id: stamp.id,
-        time: stamp.time,
-        tenant: tenant.tenant.clone(),
-        subject: Subject {
-            api_version: id.api_version.clone(),
-            kind: id.kind.clone(),
-            namespace: id.namespace.clone(),
-            name: id.name.clone(),
-            uid: id.uid.clone(),
-            resource_version: pod.resource_version.clone().unwrap_or_default(),
-        },
-        target: Some(HostTarget {
-            api_version: "v1".into(),
-            kind: "Secret".into(),
-            namespace: tenant.host_namespace.clone(),
-            name: secret.to_string(),
-        }),
-        outcome,
-        action: HostAction::None,
-        policy: None,
-        profile: None,
-        reason: reason.into(),
-        message,
-        field_path: None,
-        stripped_keys: Vec::new(),
-        input_digest: tenantplane_core::planner::input_digest(&pod.object),
-        mapping_version: tenant.mapping.to_string(),
-        component: stamp.component,
-        component_version: stamp.component_version,
-        trace_id: stamp.trace_id,
-        span_id: stamp.span_id,
-        closes: None,
-        tokens: Vec::new(),
-    }
-}
-
-/// A decision turned into Failed because its host write failed (recorded; the key is retried).
-pub fn failed(decision: &Decision, error: &str, stamp: Stamp) -> Decision {
-    unapplied(
-        decision,
-        "HostWriteFailed",
-        format!(
-            "{} of the host object failed (decision {} stands unapplied): {error}",
-            decision.action.as_str(),
-            decision.id
-        ),
-        stamp,
-    )
-}
-
-/// A decision turned into Failed because the host object changed between the state it was taken
-/// on and its write, whose precondition refused it (409): nothing was written, and the object is
-/// decided again on fresh state.
-pub fn superseded(decision: &Decision, error: &str, stamp: Stamp) -> Decision {
-    unapplied(
-        decision,
-        "HostObjectChanged",
-        format!(
-            "{} of the host object refused: it changed since decision {} was taken, which \
-             stands unapplied; decided again on the host's current state ({error})",
-            decision.action.as_str(),
-            decision.id
-        ),
-        stamp,
-    )
-}
-
-/// A decision turned into Failed because the host API server refused its write for what it
-/// writes (admission, such as Pod Security, 403; or validation, 422): the same content would be
-/// refused again, so it is not retried with backoff but when the tenant object changes, and at
-/// the next resync.
-pub fn refused_by_host(decision: &Decision, error: &str, stamp: Stamp) -> Decision {
-    unapplied(
-        decision,
-        "HostRefused",
-        format!(
-            "{} of the host object refused by the host API server (decision {} stands \
-             unapplied; tried again when the tenant object changes, and at the next resync): \
-             {error}",
-            decision.action.as_str(),
-            decision.id
-        ),
-        stamp,
-    )
-}
-
-/// Whether a failed host write was refused for its content (admission 403, validation 422),
-/// rather than failing for a reason that may pass (the server unreachable, overloaded, ...).
-/// The ServiceAccount admission plugin's refusal of a pod whose service account is not on the
-/// host yet is of the second kind: the syncer is about to create it, so the write is tried again
-/// with backoff.
-pub fn refused_for_content(error: &kube::Error) -> bool {
-    match error {
-        kube::Error::Api(s) if s.code == 403 => {
-            !s.message.contains("error looking up service account")
-        }
-        kube::Error::Api(s) => s.code == 422,
-        _ => false,
-    }
-}
-
-fn unapplied(decision: &Decision, reason: &str, message: String, stamp: Stamp) -> Decision {
-    let mut d = decision.clone();
-    d.id = stamp.id;
-    d.time = stamp.time;
-    d.outcome = Outcome::Failed;
-    d.reason = reason.into();
-    d.message = message;
-    d.closes = Some(decision.id.clone());
-    d
 }
 
 /// Whether a field manager other than `manager` has written `object` (its managedFields).
@@ -682,7 +405,7 @@ mod tests {
     use tenantplane_core::CompiledPolicy;
     use tenantplane_core::planner::HostState;
 
-    fn tenant() -> TenantPlacement {
+    pub(super) fn tenant() -> TenantPlacement {
         TenantPlacement {
             tenant: "acme".into(),
             host_namespace: "tenant-acme".into(),
@@ -710,20 +433,20 @@ mod tests {
     }
 
     /// The step for `o` planned against an empty host snapshot, with `host` live at its target.
-    fn decide(p: &Planner, o: &TenantObject, host: Option<&Value>) -> Step {
+    pub(super) fn decide(p: &Planner, o: &TenantObject, host: Option<&Value>) -> Step {
         reconcile_present(p, o, &p.plan(o, &HostState::default()), live(host), stamp())
     }
 
-    fn planner() -> Planner {
+    pub(super) fn planner() -> Planner {
         let t = Tenant::new("acme", Default::default());
         Planner::new(&t, CompiledPolicy::builtin_default())
     }
 
-    fn stamp() -> Stamp {
+    pub(super) fn stamp() -> Stamp {
         Stamp::now("tenantplane-syncer")
     }
 
-    fn cm(data: &str) -> TenantObject {
+    pub(super) fn cm(data: &str) -> TenantObject {
         TenantObject::from_value(json!({"apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": "cfg", "namespace": "web", "uid": "u1", "resourceVersion": "3"},
             "data": {"k": data}}))
@@ -731,8 +454,8 @@ mod tests {
     }
 
     /// What the host would hold after a write, plus defaulting and a resourceVersion.
-    fn landed(write: &HostWrite) -> Value {
-        let (HostWrite::Create(v) | HostWrite::Apply(v)) = write else {
+    fn landed(write: &Write) -> Value {
+        let (Write::Create(v) | Write::Apply(v)) = write else {
             panic!("not a write: {write:?}")
         };
         let mut v = v.clone();
@@ -749,7 +472,7 @@ mod tests {
         let step = decide(&p, &o, None);
         assert_eq!(step.decision.outcome, Outcome::Synced);
         let write = step.write.clone().unwrap();
-        let HostWrite::Create(created) = &write else {
+        let Write::Create(created) = &write else {
             panic!("{write:?}")
         };
         assert_eq!(
@@ -766,7 +489,7 @@ mod tests {
         let changed = cm("b");
         let upd = decide(&p, &changed, Some(&host));
         assert_eq!(upd.decision.outcome, Outcome::Synced);
-        let Some(HostWrite::Apply(applied)) = &upd.write else {
+        let Some(Write::Apply(applied)) = &upd.write else {
             panic!("{:?}", upd.write)
         };
         assert_eq!(applied["metadata"]["resourceVersion"], "100");
@@ -849,7 +572,7 @@ mod tests {
         assert_eq!(step.decision.outcome, Outcome::Rejected);
         assert_eq!(
             step.write,
-            Some(HostWrite::Delete {
+            Some(Write::Delete {
                 name: "p-x-web".into(),
                 uid: Some("host-uid".into())
             })
@@ -880,7 +603,7 @@ mod tests {
         assert_eq!(step.decision.outcome, Outcome::Deleted);
         assert_eq!(
             step.write,
-            Some(HostWrite::Delete {
+            Some(Write::Delete {
                 name: "cfg-x-web".into(),
                 uid: Some("host-uid".into())
             })
@@ -920,7 +643,7 @@ mod tests {
         assert_eq!(step.decision.reason, "SourceRecreated");
         assert_eq!(
             step.write,
-            Some(HostWrite::Delete {
+            Some(Write::Delete {
                 name: "cfg-x-web".into(),
                 uid: Some("host-uid".into())
             })
@@ -953,7 +676,7 @@ mod tests {
                 "labels": {"tenantplane.io/tenant": "victim"}}}))
         .unwrap();
         let step = decide(&p, &o, None);
-        let Some(HostWrite::Create(v)) = &step.write else {
+        let Some(Write::Create(v)) = &step.write else {
             panic!()
         };
         assert_eq!(v["metadata"]["labels"]["tenantplane.io/tenant"], "acme");
@@ -961,53 +684,6 @@ mod tests {
             step.decision.stripped_keys,
             vec!["label tenantplane.io/tenant"]
         );
-    }
-
-    #[test]
-    fn a_write_refused_by_its_precondition_is_recorded_as_not_applied() {
-        let p = planner();
-        let o = cm("a");
-        let create = decide(&p, &o, None);
-        let d = superseded(&create.decision, "AlreadyExists (409)", stamp());
-        assert_eq!(d.outcome, Outcome::Failed);
-        assert_eq!(d.reason, "HostObjectChanged");
-        assert_ne!(d.id, create.decision.id);
-        assert!(
-            d.message.contains(&create.decision.id) && d.message.contains("stands unapplied"),
-            "{}",
-            d.message
-        );
-    }
-
-    #[test]
-    fn a_content_refusal_waits_for_a_change_but_a_missing_service_account_is_retried() {
-        let p = planner();
-        let o = cm("a");
-        let create = decide(&p, &o, None);
-        let d = refused_by_host(&create.decision, "violates PodSecurity", stamp());
-        assert_eq!(
-            (d.outcome, d.reason.as_str()),
-            (Outcome::Failed, "HostRefused")
-        );
-        assert!(d.message.contains("violates PodSecurity"), "{}", d.message);
-        let status = |code| {
-            kube::Error::Api(Box::new(kube::core::Status {
-                code,
-                ..Default::default()
-            }))
-        };
-        assert!(refused_for_content(&status(403)));
-        assert!(refused_for_content(&status(422)));
-        let service_account_not_yet_there = kube::Error::Api(Box::new(kube::core::Status {
-            code: 403,
-            message: "pods \"web-x-shop\" is forbidden: error looking up service account \
-                      tenant-acme/web-x-shop: serviceaccount \"web-x-shop\" not found"
-                .into(),
-            ..Default::default()
-        }));
-        assert!(!refused_for_content(&service_account_not_yet_there));
-        assert!(!refused_for_content(&status(500)));
-        assert!(!refused_for_content(&status(429)));
     }
 
     #[test]

@@ -1,0 +1,463 @@
+//! A Tenant's status and conditions: the ledger ([`TenantLedger`]) of one Tenant's decisions
+//! (counts per outcome, the last decision, the objects Deferred or Failed), its conditions
+//! (ControlPlaneReachable and IsolationApplied as set by the controller, Synced and Ready
+//! derived), and the Tenant events aggregated per (type, reason); written to the Tenant's status
+//! and published by [`flush_loop`] at most once per status interval.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::jiff::Timestamp;
+use kube::Client;
+use kube::runtime::events::{Event, EventType, Recorder};
+use opentelemetry::trace::SpanContext;
+use serde_json::json;
+use tenantplane_api::conditions;
+use tenantplane_api::tenant::{DecisionCounts, DecisionSummary, TenantStatus};
+use tenantplane_core::decision::{Decision, Outcome};
+use tokio::sync::Notify;
+
+use crate::record::{reporter, truncate};
+
+/// What the syncer knows about one Tenant's decisions and conditions, written to its status.
+#[derive(Debug, Default)]
+struct LedgerState {
+    counts: DecisionCounts,
+    last: Option<DecisionSummary>,
+    conditions: Vec<Condition>,
+    observed_generation: Option<i64>,
+    host_namespace: Option<String>,
+    /// Objects whose last decision is Deferred or Failed.
+    pending: HashSet<String>,
+    /// (warning, reason) -> (count, outcome, last message, last id) since the last flush.
+    tenant_events: BTreeMap<(bool, String), (u64, Outcome, String, String)>,
+    /// Last recorded (outcome, reason, content digest) per object key.
+    last_recorded: HashMap<String, (Outcome, String, String)>,
+    /// The span of the last recorded decision per object key (traced decisions only).
+    journeys: HashMap<String, SpanContext>,
+    dirty: bool,
+}
+
+/// The shared tally of one Tenant; cheap to clone.
+#[derive(Debug, Clone, Default)]
+pub struct TenantLedger {
+    state: Arc<Mutex<LedgerState>>,
+    changed: Arc<Notify>,
+}
+
+fn now() -> Time {
+    Time(Timestamp::now())
+}
+
+impl TenantLedger {
+    fn lock(&self) -> std::sync::MutexGuard<'_, LedgerState> {
+        self.state.lock().expect("ledger lock")
+    }
+
+    /// A ledger that continues from the counts and last decision the Tenant's status already
+    /// shows (written by an earlier life of the syncer), so that `status.counts` are totals over
+    /// the Tenant's life rather than since this process started.
+    pub fn continuing(status: Option<&TenantStatus>) -> Self {
+        let ledger = TenantLedger::default();
+        if let Some(status) = status {
+            let mut s = ledger.lock();
+            s.counts = status.counts.clone();
+            s.last = status.last_decision.clone();
+        }
+        ledger
+    }
+
+    /// Sets a condition of the Tenant (written at the next flush when it changed).
+    pub fn set_condition(&self, type_: &str, status: bool, reason: &str, message: &str) {
+        let mut s = self.lock();
+        let before = s.conditions.clone();
+        let generation = s.observed_generation;
+        conditions::set_condition(
+            &mut s.conditions,
+            type_,
+            status,
+            reason,
+            message,
+            generation,
+            now(),
+        );
+        if s.conditions != before {
+            s.dirty = true;
+            self.changed.notify_one();
+        }
+    }
+
+    /// A condition of the Tenant as it will be written.
+    pub fn condition(&self, type_: &str) -> Option<Condition> {
+        self.lock()
+            .conditions
+            .iter()
+            .find(|c| c.type_ == type_)
+            .cloned()
+    }
+
+    /// Whether a condition is currently True.
+    pub fn condition_is_true(&self, type_: &str) -> bool {
+        self.lock()
+            .conditions
+            .iter()
+            .any(|c| c.type_ == type_ && c.status == "True")
+    }
+
+    /// The Tenant's generation and host namespace the status describes.
+    pub fn observe(&self, generation: Option<i64>, host_namespace: &str) {
+        let mut s = self.lock();
+        if s.observed_generation != generation
+            || s.host_namespace.as_deref() != Some(host_namespace)
+        {
+            s.observed_generation = generation;
+            s.host_namespace = Some(host_namespace.to_string());
+            s.dirty = true;
+        }
+    }
+
+    /// Whether a decision about `key` carries information worth a record.
+    pub fn worth_recording(&self, key: &str, d: &Decision, content: &str, writes: bool) -> bool {
+        let s = self.lock();
+        if writes {
+            return true;
+        }
+        let last = s.last_recorded.get(key);
+        if d.outcome == Outcome::Unchanged {
+            // Unchanged after our own write (or an earlier Unchanged) of the same content says
+            // nothing new: only a content change that led to no write is worth a record.
+            return last.is_none_or(|(_, _, c)| c != content);
+        }
+        last != Some(&(d.outcome, d.reason.clone(), content.to_string()))
+    }
+
+    /// Remembers what was last recorded for `key` without recording (the first sight of an
+    /// object already in place after a restart: its host object names the decision that put it
+    /// there).
+    pub fn remember(&self, key: &str, d: &Decision, content: &str) {
+        self.lock().last_recorded.insert(
+            key.to_string(),
+            (d.outcome, d.reason.clone(), content.to_string()),
+        );
+    }
+
+    /// Whether this process has decided about `key` before.
+    pub fn seen(&self, key: &str) -> bool {
+        self.lock().last_recorded.contains_key(key)
+    }
+
+    /// The keys under `prefix` whose last decision is Deferred or Failed.
+    pub fn pending_keys(&self, prefix: &str) -> Vec<String> {
+        self.lock()
+            .pending
+            .iter()
+            .filter(|k| k.starts_with(prefix))
+            .cloned()
+            .collect()
+    }
+
+    /// Forgets an object that is gone.
+    pub fn forget(&self, key: &str) {
+        let mut s = self.lock();
+        s.last_recorded.remove(key);
+        s.journeys.remove(key);
+        if s.pending.remove(key) {
+            s.dirty = true;
+        }
+    }
+
+    /// Links a decision's span to the previous decision's about the same object, and remembers
+    /// it for the next one.
+    pub(crate) fn continue_journey(&self, key: &str, span: &tracing::Span, decision: &Decision) {
+        let previous = self.lock().journeys.get(key).cloned();
+        if let Some(context) = crate::trace::mark_decision(span, decision, previous) {
+            self.lock().journeys.insert(key.to_string(), context);
+        }
+    }
+
+    /// The counts so far.
+    pub fn counts(&self) -> DecisionCounts {
+        self.lock().counts.clone()
+    }
+
+    pub(crate) fn tally(&self, key: &str, d: &Decision, content: &str) {
+        let mut s = self.lock();
+        let c = &mut s.counts;
+        *match d.outcome {
+            Outcome::Synced => &mut c.synced,
+            Outcome::Unchanged => &mut c.unchanged,
+            Outcome::Skipped => &mut c.skipped,
+            Outcome::Rejected => &mut c.rejected,
+            Outcome::Conflict => &mut c.conflict,
+            Outcome::Deleted => &mut c.deleted,
+            Outcome::Failed => &mut c.failed,
+            Outcome::Deferred => &mut c.deferred,
+        } += 1;
+        s.last = Some(DecisionSummary {
+            id: d.id.clone(),
+            outcome: d.outcome.to_string(),
+            subject: format!(
+                "{}/{}/{}",
+                d.subject.kind, d.subject.namespace, d.subject.name
+            ),
+            time: Time(d.time),
+        });
+        if matches!(d.outcome, Outcome::Deferred | Outcome::Failed) {
+            s.pending.insert(key.to_string());
+        } else {
+            s.pending.remove(key);
+        }
+        s.last_recorded.insert(
+            key.to_string(),
+            (d.outcome, d.reason.clone(), content.to_string()),
+        );
+        let entry = s
+            .tenant_events
+            .entry((d.outcome.is_refusal(), d.reason.clone()))
+            .or_insert((0, d.outcome, String::new(), String::new()));
+        entry.0 += 1;
+        entry.1 = d.outcome;
+        entry.2 = d.message.clone();
+        entry.3 = d.id.clone();
+        s.dirty = true;
+        drop(s);
+        self.changed.notify_one();
+    }
+
+    /// Takes the status patch and the aggregated Tenant events when something changed.
+    fn take_flush(&self) -> Option<(serde_json::Value, Vec<Event>)> {
+        let mut s = self.lock();
+        if !s.dirty {
+            return None;
+        }
+        s.dirty = false;
+        let synced = s.pending.is_empty();
+        let pending = s.pending.len();
+        let generation = s.observed_generation;
+        conditions::set_condition(
+            &mut s.conditions,
+            conditions::SYNCED,
+            synced,
+            if synced {
+                "AllDecided"
+            } else {
+                "DecisionsPending"
+            },
+            &if synced {
+                "every tenant object has a current decision".to_string()
+            } else {
+                format!("{pending} tenant objects are Deferred or Failed and being retried")
+            },
+            generation,
+            now(),
+        );
+        let ready = ["ControlPlaneReachable", "IsolationApplied", "Synced"]
+            .iter()
+            .all(|t| {
+                s.conditions
+                    .iter()
+                    .any(|c| c.type_ == *t && c.status == "True")
+            });
+        conditions::set_condition(
+            &mut s.conditions,
+            conditions::READY,
+            ready,
+            if ready { "Serving" } else { "NotReady" },
+            if ready {
+                "control plane reachable, isolation applied, every object decided"
+            } else {
+                "see the ControlPlaneReachable, IsolationApplied and Synced conditions"
+            },
+            generation,
+            now(),
+        );
+        let status = json!({"status": {
+            "observedGeneration": s.observed_generation,
+            "hostNamespace": s.host_namespace,
+            "conditions": s.conditions,
+            "counts": s.counts,
+            "lastDecision": s.last,
+        }});
+        let events = std::mem::take(&mut s.tenant_events)
+            .into_iter()
+            .map(|((warning, reason), (count, outcome, message, id))| Event {
+                type_: if warning {
+                    EventType::Warning
+                } else {
+                    EventType::Normal
+                },
+                reason,
+                note: Some(truncate(
+                    &format!("{count} decision(s) {outcome}; last: {message} (decision {id})"),
+                    1000,
+                )),
+                action: outcome.to_string(),
+                secondary: None,
+            })
+            .collect();
+        Some((status, events))
+    }
+}
+
+/// Writes the ledger to the Tenant's status and publishes the aggregated Tenant events, at most
+/// once per `interval`; runs until its task is aborted.
+pub async fn flush_loop(
+    host: Client,
+    tenant_name: String,
+    tenant_uid: Option<String>,
+    ledger: TenantLedger,
+    interval: Duration,
+) {
+    let api: kube::Api<tenantplane_api::Tenant> = kube::Api::all(host.clone());
+    let recorder = Recorder::new(host, reporter());
+    let reference = ObjectReference {
+        api_version: Some(format!(
+            "{}/{}",
+            tenantplane_api::GROUP,
+            tenantplane_api::VERSION
+        )),
+        kind: Some("Tenant".into()),
+        name: Some(tenant_name.clone()),
+        uid: tenant_uid,
+        ..Default::default()
+    };
+    loop {
+        ledger.changed.notified().await;
+        if let Some((status, events)) = ledger.take_flush() {
+            if let Err(e) = api
+                .patch_status(
+                    &tenant_name,
+                    &kube::api::PatchParams::default(),
+                    &kube::api::Patch::Merge(&status),
+                )
+                .await
+            {
+                tracing::warn!(tenant = %tenant_name, error = %e, "writing Tenant status failed");
+                ledger.lock().dirty = true;
+            }
+            for event in events {
+                if let Err(e) = recorder.publish(&event, &reference).await {
+                    tracing::debug!(error = %e, "publishing a Tenant event failed");
+                }
+            }
+        }
+        tokio::time::sleep(interval).await;
+        // A change during the sleep left a permit in `changed`; loop around to take it.
+        if ledger.lock().dirty {
+            ledger.changed.notify_one();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::COMPONENT;
+    use tenantplane_core::decision::{HostAction, Stamp, Subject};
+
+    fn decision(outcome: Outcome, reason: &str) -> Decision {
+        let stamp = Stamp::now(COMPONENT);
+        Decision {
+            id: stamp.id,
+            time: stamp.time,
+            tenant: "acme".into(),
+            subject: Subject {
+                api_version: "v1".into(),
+                kind: "Pod".into(),
+                namespace: "web".into(),
+                name: "p".into(),
+                uid: String::new(),
+                resource_version: String::new(),
+            },
+            target: None,
+            outcome,
+            action: HostAction::None,
+            policy: None,
+            profile: None,
+            reason: reason.into(),
+            message: "m".into(),
+            field_path: None,
+            stripped_keys: vec![],
+            input_digest: String::new(),
+            mapping_version: "v1".into(),
+            component: COMPONENT.into(),
+            component_version: "0".into(),
+            trace_id: None,
+            span_id: None,
+            closes: None,
+            tokens: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn repeated_identical_decisions_are_not_worth_a_record_but_writes_always_are() {
+        let ledger = TenantLedger::default();
+        let d = decision(Outcome::Rejected, "HostNetworkForbidden");
+        assert!(ledger.worth_recording("k", &d, "c1", false));
+        ledger.tally("k", &d, "c1");
+        assert!(!ledger.worth_recording("k", &d, "c1", false));
+        assert!(ledger.worth_recording("k", &d, "c2", false));
+        assert!(ledger.worth_recording("k", &d, "c1", true));
+        let synced = decision(Outcome::Synced, "WorkloadKind");
+        ledger.tally("k", &synced, "c3");
+        let unchanged = decision(Outcome::Unchanged, "HostObjectUpToDate");
+        assert!(!ledger.worth_recording("k", &unchanged, "c3", false));
+        assert!(ledger.worth_recording("k", &unchanged, "c4", false));
+    }
+
+    #[test]
+    fn counts_conditions_and_aggregated_tenant_events() {
+        let ledger = TenantLedger::default();
+        ledger.set_condition("ControlPlaneReachable", true, "Reached", "ok");
+        ledger.set_condition("IsolationApplied", true, "Applied", "ok");
+        ledger.tally("a", &decision(Outcome::Synced, "WorkloadKind"), "x");
+        ledger.tally("b", &decision(Outcome::Synced, "WorkloadKind"), "x");
+        ledger.tally("c", &decision(Outcome::Deferred, "PlannerUnavailable"), "x");
+        let (status, events) = ledger.take_flush().unwrap();
+        assert_eq!(status["status"]["counts"]["synced"], 2);
+        assert_eq!(status["status"]["counts"]["deferred"], 1);
+        assert_eq!(events.len(), 2);
+        let ready = |s: &serde_json::Value, t: &str| {
+            s["status"]["conditions"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|c| c["type"] == t)
+                .unwrap()["status"]
+                .clone()
+        };
+        assert_eq!(ready(&status, "Synced"), "False");
+        assert_eq!(ready(&status, "Ready"), "False");
+        ledger.tally("c", &decision(Outcome::Synced, "WorkloadKind"), "x");
+        let (status, events) = ledger.take_flush().unwrap();
+        assert_eq!(ready(&status, "Synced"), "True");
+        assert_eq!(ready(&status, "Ready"), "True");
+        assert_eq!(events.len(), 1);
+        assert!(ledger.take_flush().is_none());
+    }
+
+    #[test]
+    fn a_restarted_syncer_continues_the_counts_of_the_tenant_status() {
+        let before = TenantLedger::default();
+        before.tally("a", &decision(Outcome::Synced, "WorkloadKind"), "x");
+        before.tally(
+            "b",
+            &decision(Outcome::Rejected, "HostNetworkForbidden"),
+            "x",
+        );
+        let (written, _) = before.take_flush().unwrap();
+        let status: TenantStatus = serde_json::from_value(written["status"].clone()).unwrap();
+
+        let after = TenantLedger::continuing(Some(&status));
+        after.tally("c", &decision(Outcome::Synced, "WorkloadKind"), "x");
+        let counts = after.counts();
+        assert_eq!((counts.synced, counts.rejected), (2, 1));
+        assert_eq!(
+            TenantLedger::continuing(None).counts(),
+            DecisionCounts::default()
+        );
+    }
+}
