@@ -22,6 +22,10 @@ pub const POD_API_ACCESS: &str = "PodAPIAccess";
 /// Synced pods resolve names with the tenant's DNS Service (`spec.dns`); False with the reason
 /// when they keep the host's resolver. Not part of Ready.
 pub const TENANT_DNS: &str = "TenantDNS";
+/// Host objects tenantplane manages were edited or deleted on the host by someone else and are
+/// left as they are (`spec.drift: Record`): True until each holds what tenantplane sets again.
+/// Under `Revert` drift is corrected at once and this stays False. Not part of Ready.
+pub const DRIFTED: &str = "Drifted";
 /// A SyncPolicy or IsolationProfile was parsed, validated and compiled without error.
 pub const ACCEPTED: &str = "Accepted";
 

@@ -62,6 +62,26 @@ pub struct TenantSpec {
     /// `kube-system/kube-dns` Service, in the cluster domain `cluster.local`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dns: Option<TenantDns>,
+
+    /// What the syncer does when a host object it manages is edited or deleted on the host by
+    /// someone else (drift): `Revert` (the default) records the drift and then corrects it (the
+    /// fields tenantplane sets re-applied, a deleted object re-created), each a decision;
+    /// `Record`, for break-glass estates, records it and leaves the host object as edited, with
+    /// the `Drifted` condition True until the object holds what tenantplane sets again.
+    #[serde(default)]
+    pub drift: DriftPolicy,
+}
+
+/// What the syncer does about drift of a host object it manages.
+#[derive(
+    schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default,
+)]
+pub enum DriftPolicy {
+    /// Record the drift, then correct it.
+    #[default]
+    Revert,
+    /// Record the drift and leave the host object as it is.
+    Record,
 }
 
 /// What the tenant's pods on the host resolve names with.
@@ -245,6 +265,9 @@ pub struct DecisionCounts {
     pub failed: u64,
     /// Postponed because a dependency (planner, host API) was unavailable; retried.
     pub deferred: u64,
+    /// The host object was edited or deleted on the host by someone else.
+    #[serde(default)]
+    pub drifted: u64,
 }
 
 /// The last decision taken for a tenant, as shown in its status.

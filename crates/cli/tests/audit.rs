@@ -46,6 +46,7 @@ fn decision(i: usize) -> Decision {
         span_id: None,
         closes: None,
         tokens: Vec::new(),
+        drift: None,
     }
 }
 

@@ -31,11 +31,15 @@ pub enum Outcome {
     Failed,
     /// Postponed because a dependency was unavailable; retried with backoff, nothing guessed.
     Deferred,
+    /// The host object no longer holds what tenantplane set: someone else edited or deleted it
+    /// on the host ([`crate::drift`]). Its correction, when the Tenant reverts drift, is a
+    /// decision of its own.
+    Drifted,
 }
 
 impl Outcome {
     /// Every outcome, in declaration order.
-    pub const ALL: [Outcome; 8] = [
+    pub const ALL: [Outcome; 9] = [
         Outcome::Synced,
         Outcome::Unchanged,
         Outcome::Skipped,
@@ -44,6 +48,7 @@ impl Outcome {
         Outcome::Deleted,
         Outcome::Failed,
         Outcome::Deferred,
+        Outcome::Drifted,
     ];
 
     /// The outcome's name.
@@ -57,14 +62,16 @@ impl Outcome {
             Outcome::Deleted => "Deleted",
             Outcome::Failed => "Failed",
             Outcome::Deferred => "Deferred",
+            Outcome::Drifted => "Drifted",
         }
     }
 
-    /// A refusal: the object was not placed and somebody should look (Event type Warning).
-    pub fn is_refusal(self) -> bool {
+    /// Somebody should look (Event type Warning): the object was not placed (a refusal, a
+    /// failure), or the host object was changed behind tenantplane's back (drift).
+    pub fn warns(self) -> bool {
         matches!(
             self,
-            Outcome::Rejected | Outcome::Conflict | Outcome::Failed
+            Outcome::Rejected | Outcome::Conflict | Outcome::Failed | Outcome::Drifted
         )
     }
 }
@@ -256,6 +263,10 @@ pub struct Decision {
     /// The service account tokens the decision issued (a synced pod's token Secret).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tokens: Vec<IssuedToken>,
+    /// For a Drifted decision, how the host object drifted and who did it; for the decision
+    /// that corrects it, the same with the Drifted decision's id in `corrects`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drift: Option<crate::drift::Drift>,
 }
 
 /// The reasons of decisions that close a recorded host action that was not carried out: the

@@ -19,6 +19,7 @@ pub mod boundary;
 pub mod collision;
 pub mod decision;
 pub mod documents;
+pub mod drift;
 pub mod mapping;
 pub mod object;
 pub mod parallel;

@@ -590,6 +590,7 @@ impl Plan {
             span_id: stamp.span_id,
             closes: None,
             tokens: Vec::new(),
+            drift: None,
         }
     }
 }

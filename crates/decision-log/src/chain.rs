@@ -936,6 +936,7 @@ mod tests {
             span_id: Some("00f067aa0ba902b7".into()),
             closes: Some("0193a4e2-7c1d-7000-8000-000000000000".into()),
             tokens: Vec::new(),
+            drift: None,
         }
     }
 
@@ -951,6 +952,7 @@ mod tests {
             span_id: None,
             closes: None,
             tokens: Vec::new(),
+            drift: None,
             ..full()
         };
         let no_rule = Decision {

@@ -153,7 +153,7 @@ fn report_result(outcome: Outcome) -> &'static str {
         Outcome::Skipped => "skip",
         Outcome::Rejected | Outcome::Conflict => "fail",
         Outcome::Failed => "error",
-        Outcome::Deferred => "warn",
+        Outcome::Deferred | Outcome::Drifted => "warn",
     }
 }
 

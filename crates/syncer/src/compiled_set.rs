@@ -206,6 +206,7 @@ impl CompiledSet<'_> {
         let (verb, write) = match &w.write {
             Write::Create(object) => ("creating", Write::Create(with_id(object, decision))),
             Write::Apply(object) => ("applying", Write::Apply(with_id(object, decision))),
+            Write::Replace(object) => ("replacing", Write::Replace(with_id(object, decision))),
             Write::Merge { name, patch } => (
                 "patching",
                 Write::Merge {

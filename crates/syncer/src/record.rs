@@ -233,7 +233,7 @@ impl DecisionRecorder {
         );
         if let (Some(reference), Some(events)) = (regarding, &self.events) {
             let event = Event {
-                type_: if decision.outcome.is_refusal() {
+                type_: if decision.outcome.warns() {
                     EventType::Warning
                 } else {
                     EventType::Normal

@@ -205,6 +205,7 @@ mod tests {
             span_id: None,
             closes: None,
             tokens: Vec::new(),
+            drift: None,
         }
     }
 

@@ -17,7 +17,7 @@ use opentelemetry::trace::SpanContext;
 use serde_json::json;
 use tenantplane_api::conditions;
 use tenantplane_api::tenant::{DecisionCounts, DecisionSummary, TenantStatus};
-use tenantplane_core::decision::{Decision, Outcome};
+use tenantplane_core::decision::{Decision, HostAction, Outcome};
 use tokio::sync::Notify;
 
 use crate::record::{reporter, truncate};
@@ -32,6 +32,8 @@ struct LedgerState {
     host_namespace: Option<String>,
     /// Objects whose last decision is Deferred or Failed.
     pending: HashSet<String>,
+    /// Objects whose last decision is Drifted: their host object left as edited (`Record`).
+    drifted: HashSet<String>,
     /// (warning, reason) -> (count, outcome, last message, last id) since the last flush.
     tenant_events: BTreeMap<(bool, String), (u64, Outcome, String, String)>,
     /// Last recorded (outcome, reason, content digest) per object key.
@@ -164,7 +166,7 @@ impl TenantLedger {
         let mut s = self.lock();
         s.last_recorded.remove(key);
         s.journeys.remove(key);
-        if s.pending.remove(key) {
+        if s.pending.remove(key) | s.drifted.remove(key) {
             s.dirty = true;
         }
     }
@@ -195,6 +197,7 @@ impl TenantLedger {
             Outcome::Deleted => &mut c.deleted,
             Outcome::Failed => &mut c.failed,
             Outcome::Deferred => &mut c.deferred,
+            Outcome::Drifted => &mut c.drifted,
         } += 1;
         s.last = Some(DecisionSummary {
             id: d.id.clone(),
@@ -210,13 +213,18 @@ impl TenantLedger {
         } else {
             s.pending.remove(key);
         }
+        if d.outcome == Outcome::Drifted && d.action == HostAction::None {
+            s.drifted.insert(key.to_string());
+        } else {
+            s.drifted.remove(key);
+        }
         s.last_recorded.insert(
             key.to_string(),
             (d.outcome, d.reason.clone(), content.to_string()),
         );
         let entry = s
             .tenant_events
-            .entry((d.outcome.is_refusal(), d.reason.clone()))
+            .entry((d.outcome.warns(), d.reason.clone()))
             .or_insert((0, d.outcome, String::new(), String::new()));
         entry.0 += 1;
         entry.1 = d.outcome;
@@ -250,6 +258,28 @@ impl TenantLedger {
                 "every tenant object has a current decision".to_string()
             } else {
                 format!("{pending} tenant objects are Deferred or Failed and being retried")
+            },
+            generation,
+            now(),
+        );
+        let drifted = s.drifted.len();
+        conditions::set_condition(
+            &mut s.conditions,
+            conditions::DRIFTED,
+            drifted > 0,
+            if drifted > 0 {
+                "HostObjectsDrifted"
+            } else {
+                "NoDrift"
+            },
+            &if drifted > 0 {
+                format!(
+                    "{drifted} host objects were edited or deleted on the host and are left as \
+                     they are (spec.drift: Record); their Drifted decisions say by whom"
+                )
+            } else {
+                "every host object holds what tenantplane sets (drift, if any, was corrected)"
+                    .to_string()
             },
             generation,
             now(),
@@ -389,6 +419,7 @@ mod tests {
             span_id: None,
             closes: None,
             tokens: Vec::new(),
+            drift: None,
         }
     }
 

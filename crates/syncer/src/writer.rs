@@ -1,18 +1,18 @@
-//! The writer: every create, server-side apply, merge patch and delete the syncer makes to an
+//! The writer: every create, server-side apply, replace, merge patch and delete the syncer makes to an
 //! object it keeps, whoever decided it: a tenant object's host object ([`crate::tenant`]), a
 //! compiled object ([`crate::compiled_set`]: isolation objects in the host, admission objects
 //! and namespace labels in a tenant control plane), a pod's token Secret, a Tenant's cleanup.
 //!
 //! ```text
-//!  decision ──Write──▶ Writer::write ── rate limit ── POST / apply PATCH / merge PATCH / DELETE ──▶ cluster
+//!  decision ──Write──▶ Writer::write ── rate limit ── POST / apply PATCH / PUT / merge PATCH / DELETE ──▶ cluster
 //!                        │                 field manager tenantplane-syncer, preconditions
 //!                        ├─ Ok(Written): uid, resourceVersion, managedFields of what it wrote
 //!                        └─ Err(WriteError): the answer, and its WriteFailure (Refused, Changed, Failed)
 //! ```
 //!
 //! Every write carries a precondition on the object its decision saw: a create fails when
-//! anything is at the name (never an overwrite), an apply carries the resourceVersion its object
-//! names, a delete the uid it was given; a delete that finds nothing has nothing left to do.
+//! anything is at the name (never an overwrite), an apply or a replace carries the
+//! resourceVersion its object names, a delete the uid it was given; a delete that finds nothing has nothing left to do.
 //! Each write has a span (`tenantplane.host.write` or `tenantplane.tenant.write`, a child of the
 //! current span, never entered). The writer decides nothing: what a failure means for the
 //! decision that led to it is [`crate::reconcile`]'s, from the [`WriteFailure`] given here.
@@ -38,6 +38,10 @@ pub enum Write {
     /// Server-side apply this object, forcing tenantplane's fields; a `metadata.resourceVersion`
     /// in it is the precondition (an object replaced meanwhile is not touched).
     Apply(Value),
+    /// Replace the object with this one (a PUT), its `metadata.resourceVersion` the
+    /// precondition: a drift correction, which also removes what another manager added to
+    /// content that is the tenant's (a key in a ConfigMap's data).
+    Replace(Value),
     /// JSON merge patch of the object `name`, which must exist (it is never created this way).
     Merge {
         /// Object name.
@@ -58,7 +62,7 @@ impl Write {
     /// The name of the object written.
     pub fn name(&self) -> &str {
         match self {
-            Write::Create(o) | Write::Apply(o) => {
+            Write::Create(o) | Write::Apply(o) | Write::Replace(o) => {
                 o["metadata"]["name"].as_str().unwrap_or_default()
             }
             Write::Merge { name, .. } | Write::Delete { name, .. } => name,
@@ -70,6 +74,7 @@ impl Write {
         match self {
             Write::Create(_) => "POST",
             Write::Apply(_) | Write::Merge { .. } => "PATCH",
+            Write::Replace(_) => "PUT",
             Write::Delete { .. } => "DELETE",
         }
     }
@@ -224,6 +229,15 @@ async fn send(
             )
             .await
             .map(Some),
+        Write::Replace(object) => {
+            let object: DynamicObject =
+                serde_json::from_value(object.clone()).map_err(kube::Error::SerdeError)?;
+            let params = PostParams {
+                dry_run: false,
+                field_manager: Some(FIELD_MANAGER.into()),
+            };
+            api.replace(write.name(), &params, &object).await.map(Some)
+        }
         Write::Merge { name, patch } => {
             let params = PatchParams {
                 field_manager: Some(FIELD_MANAGER.into()),

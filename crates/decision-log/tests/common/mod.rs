@@ -52,6 +52,7 @@ pub fn decision(i: u64, tenants: u64) -> Decision {
         span_id: Some("00f067aa0ba902b7".into()),
         closes: None,
         tokens: Vec::new(),
+        drift: None,
     }
 }
 

@@ -13,6 +13,7 @@ use tenantplane_core::collision::{Collision, ConflictCause};
 use tenantplane_core::decision::{
     HostAction, HostTarget, IssuedToken, PolicyRef, ProfileRef, Stamp, Subject,
 };
+use tenantplane_core::drift::{Drift, DriftChange, DriftedField, FieldChange, FieldWriter};
 use tenantplane_core::mapping::{
     self, HostNameForm, MappingVersion, NameSyntax, Provenance, TenantPlacement,
 };
@@ -495,6 +496,58 @@ fn decision_of(field: &str, d: types::Decision) -> Result<Decision, FieldError> 
                 })
             })
             .collect::<Result<_, FieldError>>()?,
+        drift: d.drift.map(|x| drift_of(field, x)).transpose()?,
+    })
+}
+
+/// A decision's drift, moved.
+fn drift_of(field: &str, d: types::Drift) -> Result<Drift, FieldError> {
+    let change = match d.change() {
+        types::DriftChange::Edited => DriftChange::Edited,
+        types::DriftChange::Deleted => DriftChange::Deleted,
+        types::DriftChange::ProvenanceRemoved => DriftChange::ProvenanceRemoved,
+        types::DriftChange::Unspecified => {
+            return Err(unspecified(&format!("{field}.drift.change")));
+        }
+    };
+    let fields = d
+        .fields
+        .into_iter()
+        .map(|f| {
+            let change = match f.change() {
+                types::FieldChange::Changed => FieldChange::Changed,
+                types::FieldChange::Removed => FieldChange::Removed,
+                types::FieldChange::Added => FieldChange::Added,
+                types::FieldChange::Unspecified => {
+                    return Err(unspecified(&format!("{field}.drift.fields.change")));
+                }
+            };
+            let by =
+                f.by.map(|w| {
+                    let time = w
+                        .time
+                        .as_ref()
+                        .map(|t| timestamp(field, "drift.fields.by.time", t))
+                        .transpose()?;
+                    Ok(FieldWriter {
+                        manager: w.manager,
+                        operation: w.operation,
+                        time,
+                    })
+                })
+                .transpose()?;
+            Ok(DriftedField {
+                by,
+                change,
+                path: f.path,
+            })
+        })
+        .collect::<Result<_, FieldError>>()?;
+    Ok(Drift {
+        change,
+        corrects: some_moved(d.corrects),
+        fields,
+        times: d.times,
     })
 }
 
@@ -525,6 +578,7 @@ fn outcome(field: &str, o: types::Outcome) -> Result<Outcome, FieldError> {
         types::Outcome::Deleted => Outcome::Deleted,
         types::Outcome::Failed => Outcome::Failed,
         types::Outcome::Deferred => Outcome::Deferred,
+        types::Outcome::Drifted => Outcome::Drifted,
         types::Outcome::Unspecified => return Err(unspecified(&format!("{field}.outcome"))),
     })
 }

@@ -4,6 +4,7 @@ use k8s_openapi::jiff::Timestamp;
 use tenantplane_api::{IsolationLevel, SyncAction, Tenant};
 use tenantplane_core::collision::{Collision, ConflictCause};
 use tenantplane_core::decision::{HostAction, HostTarget, PolicyRef, ProfileRef, Stamp, Subject};
+use tenantplane_core::drift::{Drift, DriftChange, FieldChange};
 use tenantplane_core::mapping::{HostNameForm, MappingVersion, Provenance};
 use tenantplane_core::{Decision, Outcome, Placement, Plan, SourceIdentity, Verdict};
 use tenantplane_isolation::{CompiledObject, IsolationProvenance, ObjectRef};
@@ -218,6 +219,7 @@ fn outcome(o: Outcome) -> types::Outcome {
         Outcome::Deleted => types::Outcome::Deleted,
         Outcome::Failed => types::Outcome::Failed,
         Outcome::Deferred => types::Outcome::Deferred,
+        Outcome::Drifted => types::Outcome::Drifted,
     }
 }
 
@@ -292,6 +294,41 @@ pub fn decision_of(d: Decision) -> types::Decision {
                 key: t.key,
             })
             .collect(),
+        drift: d.drift.map(drift),
+    }
+}
+
+/// A decision's drift.
+fn drift(d: Drift) -> types::Drift {
+    let change = match d.change {
+        DriftChange::Edited => types::DriftChange::Edited,
+        DriftChange::Deleted => types::DriftChange::Deleted,
+        DriftChange::ProvenanceRemoved => types::DriftChange::ProvenanceRemoved,
+    };
+    types::Drift {
+        change: change.into(),
+        corrects: d.corrects.unwrap_or_default(),
+        fields: d
+            .fields
+            .into_iter()
+            .map(|f| {
+                let change = match f.change {
+                    FieldChange::Changed => types::FieldChange::Changed,
+                    FieldChange::Removed => types::FieldChange::Removed,
+                    FieldChange::Added => types::FieldChange::Added,
+                };
+                types::DriftedField {
+                    path: f.path,
+                    change: change.into(),
+                    by: f.by.map(|w| types::FieldWriter {
+                        manager: w.manager,
+                        operation: w.operation,
+                        time: w.time.map(timestamp),
+                    }),
+                }
+            })
+            .collect(),
+        times: d.times,
     }
 }
 

@@ -142,6 +142,7 @@ impl Source {
             span_id: stamp.span_id,
             closes: None,
             tokens: Vec::new(),
+            drift: None,
         }
     }
 }

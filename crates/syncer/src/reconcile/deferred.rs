@@ -50,6 +50,7 @@ pub fn unplanned(
         span_id: stamp.span_id,
         closes: None,
         tokens: Vec::new(),
+        drift: None,
     }
 }
 
@@ -100,6 +101,7 @@ pub fn api_group_unavailable(
         span_id: stamp.span_id,
         closes: None,
         tokens: Vec::new(),
+        drift: None,
     }
 }
 

@@ -31,10 +31,15 @@ use tenantplane_core::reference::HostObjects;
 use tenantplane_core::translate::{self, HostDesired};
 use tenantplane_core::{Plan, Planner, SourceIdentity, TenantObject};
 
-use crate::writer::Write;
+use tenantplane_api::tenant::DriftPolicy;
+use tenantplane_core::drift::{Drift, DriftChange};
+
+use crate::writer::{FIELD_MANAGER, Write};
+pub use drift::HostChange;
 
 pub mod compiled;
 pub mod deferred;
+pub mod drift;
 pub mod failure;
 pub mod tokens;
 
@@ -47,6 +52,9 @@ pub struct Step {
     pub write: Option<Write>,
     /// Status to write back to the tenant object, if it differs.
     pub status_up: Option<Value>,
+    /// For a Drifted decision under `Revert`: the write that corrects the drift, made by a
+    /// decision of its own ([`drift::correction`]).
+    pub correction: Option<Write>,
 }
 
 impl Step {
@@ -68,6 +76,13 @@ pub struct Live<'a> {
     pub sharing: Vec<&'a TenantObject>,
     /// For a Pod: its world, added to its host pod when it is created.
     pub world: Option<&'a PodWorld>,
+    /// What the host shows of the host object since the last decision: written or deleted by
+    /// someone else, or not.
+    pub change: HostChange<'a>,
+    /// How many times in a row the host object drifted before (a tug of war above one).
+    pub streak: u32,
+    /// What the Tenant does about drift.
+    pub drift: DriftPolicy,
 }
 
 impl std::fmt::Debug for Live<'_> {
@@ -76,6 +91,9 @@ impl std::fmt::Debug for Live<'_> {
             .field("host", &self.host)
             .field("sharing", &self.sharing)
             .field("world", &self.world)
+            .field("change", &self.change)
+            .field("streak", &self.streak)
+            .field("drift", &self.drift)
             .finish_non_exhaustive()
     }
 }
@@ -109,25 +127,21 @@ pub fn reconcile_present(
     let host = live.host;
     let mut plan = plan.clone();
     let meta = host.and_then(host_meta);
-    let ours = matches!(
-        meta.as_ref().map(|m| collision::check(
-            &tenant.tenant,
-            &object.identity,
-            &plan.placement,
-            Some(m)
-        )),
-        Some(Collision::UpdateOwn)
+    let mut at_target = collision::check(
+        &tenant.tenant,
+        &object.identity,
+        &plan.placement,
+        meta.as_ref(),
     );
+    if provenance_removed(planner, object, &plan, &live, &at_target) {
+        at_target = Collision::UpdateOwn;
+    }
+    let ours = meta.is_some() && at_target == Collision::UpdateOwn;
     let mut desired: Option<HostDesired> = None;
     if plan.verdict.action == SyncAction::Sync {
         // Decided again on the live view, the isolation boundary included.
         plan.profile = None;
-        plan.decide_at_target(collision::check(
-            &tenant.tenant,
-            &object.identity,
-            &plan.placement,
-            meta.as_ref(),
-        ));
+        plan.decide_at_target(at_target);
         if let Some(Collision::Conflict {
             differs: ConflictCause::OtherUid,
             owner,
@@ -157,13 +171,29 @@ pub fn reconcile_present(
     }
 
     let mut write = None;
+    let mut drift = None;
     match (&desired, plan.outcome) {
         (Some(d), Outcome::Synced) => {
-            let unchanged = host
-                .and_then(translate::recorded_digest)
-                .is_some_and(|recorded| recorded == d.digest);
+            let recorded = host.and_then(translate::recorded_digest);
+            let unchanged = recorded.is_some_and(|recorded| recorded == d.digest);
+            // Drift is what differs from what tenantplane last set: only when the tenant object
+            // still asks for it (or the digest tenantplane set went with the edit).
+            drift = match live.change {
+                HostChange::Changed(full)
+                    if host.is_some() && (unchanged || recorded.is_none()) =>
+                {
+                    tenantplane_core::drift::detect(&d.object, full, FIELD_MANAGER)
+                }
+                HostChange::Deleted if host.is_none() => Some(Drift::deleted()),
+                _ => None,
+            };
             let world = live.world.filter(|_| plan.action == HostAction::Create);
-            if unchanged {
+            if drift
+                .as_ref()
+                .is_some_and(|d| d.change != DriftChange::Deleted)
+            {
+                plan.action = HostAction::Update;
+            } else if unchanged {
                 plan.outcome = Outcome::Unchanged;
                 plan.action = HostAction::None;
                 plan.reason = "HostObjectUpToDate".into();
@@ -203,6 +233,14 @@ pub fn reconcile_present(
             }
             write = Some(Write::Create(with_decision_id(d.object, &decision.id)));
         }
+        (HostAction::Update, Some(d)) if drift.is_some() => {
+            let HostChange::Changed(full) = live.change else {
+                unreachable!("an edit is drift only on the object the host sent")
+            };
+            write = Some(Write::Replace(tenantplane_core::drift::corrected(
+                &d.object, full,
+            )));
+        }
         (HostAction::Update, Some(d)) => {
             let body = if pod {
                 translate::pod_update(&d.object)
@@ -229,11 +267,47 @@ pub fn reconcile_present(
         }
         _ => None,
     };
-    Step {
+    let step = Step {
         decision,
         write,
         status_up,
+        correction: None,
+    };
+    match drift {
+        Some(found) => drift::drifted(step, found, live.streak, live.drift),
+        None => step,
     }
+}
+
+/// Whether the host object at the target, which the collision check found without complete
+/// provenance, is the one tenantplane set for this object, its provenance removed or changed on
+/// the host by someone else (seen only on an object the host sent since: its managedFields say
+/// tenantplane wrote it).
+fn provenance_removed(
+    planner: &Planner,
+    object: &TenantObject,
+    plan: &Plan,
+    live: &Live<'_>,
+    at_target: &Collision,
+) -> bool {
+    let (
+        Collision::Conflict {
+            differs: ConflictCause::NoProvenance | ConflictCause::IncompleteProvenance,
+            ..
+        },
+        HostChange::Changed(full),
+    ) = (at_target, live.change)
+    else {
+        return false;
+    };
+    if plan.verdict.action != SyncAction::Sync {
+        return false;
+    }
+    let mut own = plan.clone();
+    own.decide_at_target(Collision::UpdateOwn);
+    planner
+        .translate(object, &own, live.references)
+        .is_ok_and(|d| tenantplane_core::drift::provenance_removed(&d.object, full, FIELD_MANAGER))
 }
 
 /// What a pod about to be created waits for, if anything, with the reason: its ServiceAccount on
@@ -360,6 +434,7 @@ pub fn reconcile_absent(
         span_id: stamp.span_id,
         closes: None,
         tokens: Vec::new(),
+        drift: None,
     };
     Some(Step {
         decision,
@@ -368,6 +443,7 @@ pub fn reconcile_absent(
             uid: uid_of(host),
         }),
         status_up: None,
+        correction: None,
     })
 }
 
@@ -429,6 +505,9 @@ mod tests {
             references: &NoHostObjects,
             sharing: Vec::new(),
             world: None,
+            change: HostChange::Unseen,
+            streak: 0,
+            drift: DriftPolicy::Revert,
         }
     }
 

@@ -136,5 +136,6 @@ fn about_secret(
         span_id: stamp.span_id,
         closes: None,
         tokens: Vec::new(),
+        drift: None,
     }
 }

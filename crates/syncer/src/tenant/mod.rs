@@ -29,6 +29,7 @@
 
 mod act;
 mod caches;
+mod drift;
 mod plan;
 mod runtime;
 mod tokens;
@@ -60,7 +61,7 @@ use crate::trace;
 use crate::writer::Writer;
 pub use runtime::{TenantRuntime, start};
 
-use caches::{Caches, Gathered, LiveView, OWN_WRITE_PATIENCE};
+use caches::{Caches, Changed, Gathered, LiveView, OWN_WRITE_PATIENCE};
 use plan::Planned;
 use upsync::{Up, UpSync};
 
@@ -251,7 +252,26 @@ impl Worker {
             return;
         };
         let world = (Some(key.kind) == self.caches.pod_kind).then(|| self.pod_world(object));
-        let step = self.decide(key, object, plan, &live, selector_endpoints, world.as_ref());
+        let change = self.caches.take_host_change(key);
+        let seen = self.caches.streak(key, drift::version_of(&change));
+        let host_change = match &change {
+            Changed::Nothing => reconcile::HostChange::Unseen,
+            Changed::Written(v) => reconcile::HostChange::Changed(v),
+            Changed::Deleted => reconcile::HostChange::Deleted,
+        };
+        let step = self.decide(
+            key,
+            object,
+            plan,
+            &live,
+            (selector_endpoints, world.as_ref()),
+            (host_change, seen.times),
+        );
+        if step.decision.outcome == Outcome::Drifted {
+            self.drift(key, object, step, change, seen, &live, started)
+                .await;
+            return;
+        }
         // record. No read before the write: every write carries a precondition on the host
         // object the decision saw, so a decision on a stale cache fails with 409 and is taken
         // again on fresh state.
@@ -298,15 +318,17 @@ impl Worker {
         }
     }
 
-    /// decide: the pure reconcile of `object` on its live view, stamped in the current span.
+    /// decide: the pure reconcile of `object` on its live view, stamped in the current span:
+    /// whether it is the Endpoints of a selector Service, a pod's world, what the host shows of
+    /// its host object since the last decision and the drifts in a row before.
     fn decide(
         &self,
         key: &Key,
         object: &TenantObject,
         mut plan: Plan,
         live: &LiveView,
-        selector_endpoints: bool,
-        world: Option<&PodWorld>,
+        (selector_endpoints, world): (bool, Option<&PodWorld>),
+        (change, streak): (reconcile::HostChange<'_>, u32),
     ) -> Step {
         if selector_endpoints {
             reconcile::skip_endpoints_of_selector_service(&mut plan);
@@ -323,6 +345,9 @@ impl Worker {
                 },
                 sharing: live.sharing.iter().collect(),
                 world,
+                change,
+                streak,
+                drift: self.tenant.spec.drift,
             },
             trace::stamp_in(&tracing::Span::current(), COMPONENT),
         );
@@ -378,6 +403,7 @@ impl Worker {
             )?;
             Some((step, span))
         });
+        self.caches.forget_drift(key);
         let Some((step, span)) = decided else {
             self.recorder.ledger().forget(&k);
             self.succeeded(key);

@@ -2,7 +2,8 @@
 //! concerns. A tenant object's event queues its own key (a Service's also queues its Endpoints,
 //! whose syncing it decides; under mapping v1, the other objects at its host name are queued
 //! too); a host object's event queues the key of the tenant object it was synced from (for the
-//! host Endpoints of our host Service, the tenant Endpoints they flow up into). The watches of
+//! host Endpoints of our host Service, the tenant Endpoints they flow up into), after the caches
+//! have noted what another hand than this syncer's changed or deleted (the drift check). The watches of
 //! the referenceable kinds that are not synced only fill their stores. The resync queues every
 //! key the caches know of.
 
@@ -59,14 +60,20 @@ pub(super) fn spawn(
             }
         }));
         let w = worker.clone();
+        let noting = worker.clone();
         let types = type_meta(&w.caches.kind(index).ar);
         tasks.push(tokio::spawn(async move {
             let mut events = stored(host_api, host_writer, move |obj| {
+                obj.types.get_or_insert_with(|| types.clone());
+                noting.caches.note_host_object(index, obj);
                 trim_host_object(&types, obj)
             });
             while let Some(event) = events.next().await {
                 match event {
                     Ok(obj) => {
+                        if w.caches.host_cached(index, &obj.name_any()).is_none() {
+                            w.caches.note_host_deleted(index, &obj);
+                        }
                         if let Some(key) = w.caches.key_of_host_event(index, &obj) {
                             w.queue.push(key);
                         }

@@ -25,9 +25,11 @@ use tenantplane_core::reference::HostObjects;
 use tenantplane_core::translate;
 use tenantplane_core::{Planner, SourceIdentity, TenantObject};
 
+mod host_changes;
 mod own_writes;
 mod stored;
 
+pub(super) use host_changes::{Changed, Seen};
 use own_writes::Recreation;
 pub(super) use own_writes::{OWN_WRITE_PATIENCE, OwnWrite};
 pub(super) use stored::{to_value, trim_host_object, trim_tenant_object, type_meta};
@@ -73,6 +75,16 @@ pub(super) struct Caches {
     /// decision. While both still hold, an event (typically the echo of our own write, or a host
     /// status change) needs no plan: only the status flows up.
     in_place: Mutex<HashMap<Key, (String, String)>>,
+    /// A hash of each host object's content (all but status), by (kind, host name): a change
+    /// of anything but status is looked at for drift ([`host_changes`]).
+    contents: Mutex<HashMap<(usize, String), u64>>,
+    /// Host objects of ours whose content another hand than this syncer's changed, whole as the
+    /// host sent them, until their key is decided.
+    fresh: Mutex<HashMap<(usize, String), Value>>,
+    /// Host objects of ours deleted by someone else, until their key is decided.
+    vanished: Mutex<HashSet<(usize, String)>>,
+    /// The drifts in a row of each key's host object.
+    streaks: Mutex<HashMap<Key, host_changes::Streak>>,
 }
 
 /// What the caches show of one key when its batch is gathered.
@@ -120,6 +132,10 @@ impl Caches {
             writes_in_flight: Mutex::new(HashSet::new()),
             recreations: Mutex::new(HashMap::new()),
             in_place: Mutex::new(HashMap::new()),
+            contents: Mutex::new(HashMap::new()),
+            fresh: Mutex::new(HashMap::new()),
+            vanished: Mutex::new(HashSet::new()),
+            streaks: Mutex::new(HashMap::new()),
         }
     }
 
@@ -226,6 +242,30 @@ impl Caches {
         })
     }
 
+    /// The key of a host object of ours whose tenant label someone removed (its content is kept
+    /// for the drift check, [`host_changes`]), from the provenance it still carries.
+    fn key_of_unlabelled(&self, index: usize, obj: &DynamicObject) -> Option<Key> {
+        if !self
+            .fresh
+            .lock()
+            .expect("fresh lock")
+            .contains_key(&(index, obj.name_any()))
+        {
+            return None;
+        }
+        let (labels, annotations) = (obj.labels(), obj.annotations());
+        if labels.contains_key(provenance::TENANT)
+            || annotations.get(provenance::SOURCE_KIND)? != &self.kinds[index].ar.kind
+        {
+            return None;
+        }
+        Some(Key {
+            kind: index,
+            namespace: labels.get(provenance::SOURCE_NAMESPACE)?.clone(),
+            name: annotations.get(provenance::SOURCE_NAME)?.clone(),
+        })
+    }
+
     /// The tenant object key the host object of kind `index` at `host_name` was synced from, if
     /// it is ours.
     pub(super) fn source_of_host(&self, index: usize, host_name: &str) -> Option<Key> {
@@ -241,6 +281,9 @@ impl Caches {
     /// of that Service (they flow up).
     pub(super) fn key_of_host_event(&self, index: usize, obj: &DynamicObject) -> Option<Key> {
         if let Some(key) = self.key_of_host(index, obj) {
+            return Some(key);
+        }
+        if let Some(key) = self.key_of_unlabelled(index, obj) {
             return Some(key);
         }
         if let Some(key) = self.pod_of_token_secret(&self.kinds[index].ar, obj) {
@@ -370,7 +413,7 @@ impl Caches {
         match found {
             Some(obj) => match TenantObject::from_value(to_value(&obj)) {
                 Ok(o) if self.tenant_behind(key, Some(&o.identity.uid)) => Gathered::Behind,
-                Ok(o) if self.in_place(key, &o) => Gathered::InPlace(o),
+                Ok(o) if self.in_place(key, &o) && !self.host_changed(key) => Gathered::InPlace(o),
                 Ok(o) => Gathered::Present(o),
                 Err(e) => {
                     tracing::warn!(error = %e, "unreadable tenant object");
@@ -416,7 +459,7 @@ impl Caches {
     /// forgets it.
     pub(super) fn remember_in_place(&self, key: &Key, o: &TenantObject, step: &Step) {
         let digest = match &step.write {
-            Some(Write::Create(v) | Write::Apply(v)) => {
+            Some(Write::Create(v) | Write::Apply(v) | Write::Replace(v)) => {
                 translate::recorded_digest(v).map(str::to_string)
             }
             None if step.decision.outcome == Outcome::Unchanged => self

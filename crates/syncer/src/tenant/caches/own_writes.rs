@@ -47,6 +47,16 @@ impl OwnWrite {
         }
     }
 
+    /// Whether this is the create or apply that returned `resource_version`.
+    pub(in crate::tenant) fn wrote(&self, resource_version: Option<&str>) -> bool {
+        self.resource_version.is_some() && self.resource_version.as_deref() == resource_version
+    }
+
+    /// Whether this is the delete of the object with `uid`.
+    pub(in crate::tenant) fn deletes(&self, uid: Option<&str>) -> bool {
+        self.resource_version.is_none() && Some(self.uid.as_str()) == uid
+    }
+
     /// Whether the host store, whose object at the name is `cached`, is still to show this
     /// write: it does not yet, and the patience is not over.
     pub(in crate::tenant) fn waits_for(&self, cached: Option<&Value>) -> bool {
