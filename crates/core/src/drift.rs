@@ -483,8 +483,12 @@ pub fn provenance_removed(desired: &Value, live: &Value, ours: &str) -> bool {
         let Some(Value::Object(have)) = live.pointer(&format!("/metadata/{part}")) else {
             return true;
         };
+        // The decision id is the one key tenantplane sets that `desired` cannot carry yet.
         have.iter()
-            .filter(|(k, _)| tenantplane_api::provenance::is_reserved(k))
+            .filter(|(k, _)| {
+                tenantplane_api::provenance::is_reserved(k)
+                    && k.as_str() != tenantplane_api::provenance::DECISION_ID
+            })
             .all(|(k, v)| {
                 let path = [
                     Step::Key("metadata".into()),
@@ -739,6 +743,33 @@ mod tests {
         assert_eq!(
             drift.fields[0].path,
             r#"metadata.labels["tenantplane.io/tenant"]"#
+        );
+    }
+
+    /// A host object whose tenant label someone removed is still the one tenantplane wrote for
+    /// this source; one whose remaining provenance tenantplane wrote for another source is not.
+    #[test]
+    fn provenance_removed_from_an_object_tenantplane_wrote_for_this_source() {
+        let stripped = live(
+            |l| {
+                l["metadata"]["labels"]
+                    .as_object_mut()
+                    .unwrap()
+                    .remove("tenantplane.io/tenant");
+                l["metadata"]["annotations"]["tenantplane.io/decision-id"] = json!("d1");
+            },
+            Vec::new(),
+        );
+        assert!(provenance_removed(&desired(), &stripped, OURS));
+        let mut other = stripped.clone();
+        other["metadata"]["annotations"]["tenantplane.io/desired-digest"] = json!("sha256:2");
+        assert!(
+            !provenance_removed(&desired(), &other, OURS),
+            "provenance tenantplane wrote for another source"
+        );
+        assert!(
+            !provenance_removed(&desired(), &stripped, "someone-else"),
+            "an object tenantplane never wrote"
         );
     }
 

@@ -283,6 +283,7 @@ fn canonical_record_into(decision: &Decision, out: &mut Vec<u8>) -> Result<(), E
     o.optional("closes", &d.closes)?;
     o.field("component", &d.component)?;
     o.field("componentVersion", &d.component_version)?;
+    o.optional("drift", &d.drift)?;
     o.optional("fieldPath", &d.field_path)?;
     o.field("id", &d.id)?;
     o.field("inputDigest", &d.input_digest)?;
@@ -936,7 +937,20 @@ mod tests {
             span_id: Some("00f067aa0ba902b7".into()),
             closes: Some("0193a4e2-7c1d-7000-8000-000000000000".into()),
             tokens: Vec::new(),
-            drift: None,
+            drift: Some(tenantplane_core::drift::Drift {
+                change: tenantplane_core::drift::DriftChange::Edited,
+                corrects: Some("0193a4e2-7c1d-7000-8000-000000000001".into()),
+                fields: vec![tenantplane_core::drift::DriftedField {
+                    by: Some(tenantplane_core::drift::FieldWriter {
+                        manager: "kubectl-patch".into(),
+                        operation: "Update".into(),
+                        time: Some("2026-12-04T10:05:00Z".parse().unwrap()),
+                    }),
+                    change: tenantplane_core::drift::FieldChange::Changed,
+                    path: "data[\"k\"]".into(),
+                }],
+                times: 2,
+            }),
         }
     }
 

@@ -130,8 +130,9 @@ impl TenantLedger {
         let last = s.last_recorded.get(key);
         if d.outcome == Outcome::Unchanged {
             // Unchanged after our own write (or an earlier Unchanged) of the same content says
-            // nothing new: only a content change that led to no write is worth a record.
-            return last.is_none_or(|(_, _, c)| c != content);
+            // nothing new: only a content change that led to no write is worth a record, or a
+            // drifted host object that holds what tenantplane sets again.
+            return last.is_none_or(|(o, _, c)| c != content || *o == Outcome::Drifted);
         }
         last != Some(&(d.outcome, d.reason.clone(), content.to_string()))
     }

@@ -1,0 +1,418 @@
+//! Drift: a host object tenantplane manages, edited or deleted on the host by someone else, is a
+//! Drifted decision saying which fields differ and who changed them (the host's managedFields),
+//! followed by the decision that corrects it (`spec.drift: Revert`), or left as edited with the
+//! Tenant's Drifted condition True (`Record`). A label another field manager adds is not drift;
+//! a controller that keeps changing a field tenantplane sets is one tug of war whose corrections
+//! back off. Local API servers by default; real ones with the e2e kubeconfigs.
+
+use std::time::Duration;
+
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use serde_json::{Value, json};
+use tenantplane_core::decision::{Decision, HostAction, Outcome};
+use tenantplane_core::drift::{DriftChange, FieldChange};
+use tenantplane_e2e::{
+    Env, all_decisions, create, delete, eventually, get, resource, tenant_status,
+};
+
+/// Merge-patches a host object as the field manager `manager` (a person's kubectl, a controller).
+async fn patch_as(env: &Env, manager: &str, host_ns: &str, kind: &str, name: &str, patch: Value) {
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(env.host.client.clone(), host_ns, &resource("v1", kind));
+    let params = PatchParams {
+        field_manager: Some(manager.into()),
+        ..PatchParams::default()
+    };
+    api.patch(name, &params, &Patch::Merge(patch))
+        .await
+        .unwrap_or_else(|e| panic!("patching {kind} {host_ns}/{name} as {manager}: {e}"));
+}
+
+/// A run with a decision log of its own.
+async fn env_with_log(dir: &tempfile::TempDir) -> (Env, String) {
+    let url = format!("sqlite:{}", dir.path().join("decisions.db").display());
+    (Env::start_with_log(Some(url.clone())).await.unwrap(), url)
+}
+
+/// The decisions of `tenant` about the tenant object `name`, oldest first.
+async fn decisions_about(url: &str, tenant: &str, name: &str) -> Vec<Decision> {
+    let store = tenantplane_decision_log::open(url).await.unwrap();
+    all_decisions(store.as_ref(), tenant)
+        .await
+        .into_iter()
+        .filter(|d| d.subject.name == name)
+        .collect()
+}
+
+/// Waits for a Drifted decision about `name` with `reason` after the first `after` decisions
+/// about it, and the decision that corrects it; returns both.
+async fn drifted_and_corrected(
+    url: &str,
+    tenant: &str,
+    name: &str,
+    reason: &str,
+    after: usize,
+) -> (Decision, Decision) {
+    eventually(
+        &format!("a {reason} drift of {name}, corrected"),
+        || async {
+            let all = decisions_about(url, tenant, name).await;
+            let later = all.get(after..)?;
+            let drifted = later
+                .iter()
+                .find(|d| d.outcome == Outcome::Drifted && d.reason == reason)?;
+            let correction = later.iter().find(|d| {
+                d.drift
+                    .as_ref()
+                    .is_some_and(|x| x.corrects.as_deref() == Some(drifted.id.as_str()))
+            })?;
+            Some((drifted.clone(), correction.clone()))
+        },
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn host_edits_and_deletes_are_drift_recorded_with_who_did_it_and_corrected() {
+    let dir = tempfile::tempdir().unwrap();
+    let (env, url) = env_with_log(&dir).await;
+    let ns = env.tenant_namespace("drift").await.unwrap();
+    let policy = env
+        .default_policy_in("drift-policy", std::slice::from_ref(&ns), false)
+        .await
+        .unwrap();
+    let t = env
+        .create_tenant_with("drift", json!({"syncPolicyRef": policy}))
+        .await
+        .unwrap();
+    let host_ns = format!("tenant-{t}");
+    let c = &env.tenant_cp.client;
+    create(
+        c,
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "cfg", "namespace": ns}, "data": {"k": "1"}}),
+    )
+    .await
+    .unwrap();
+    create(
+        c,
+        json!({"apiVersion": "v1", "kind": "ServiceAccount",
+        "metadata": {"name": "robot", "namespace": ns}}),
+    )
+    .await
+    .unwrap();
+    let (cm, sa) = (format!("cfg-x-{ns}"), format!("robot-x-{ns}"));
+    let host = |kind: &'static str, name: String| {
+        let (client, host_ns) = (env.host.client.clone(), host_ns.clone());
+        async move { get(&client, "v1", kind, Some(&host_ns), &name).await }
+    };
+    eventually("the host ConfigMap", || host("ConfigMap", cm.clone())).await;
+    let first_sa = eventually("the host ServiceAccount", || {
+        host("ServiceAccount", sa.clone())
+    })
+    .await;
+
+    // A person changes a value tenantplane sets and adds a key to the tenant's data.
+    let before = decisions_about(&url, &t, "cfg").await.len();
+    patch_as(
+        &env,
+        "kubectl-patch",
+        &host_ns,
+        "ConfigMap",
+        &cm,
+        json!({"data": {"k": "evil", "injected": "by-someone"}}),
+    )
+    .await;
+    let (drifted, correction) =
+        drifted_and_corrected(&url, &t, "cfg", "HostObjectEdited", before).await;
+    let drift = drifted.drift.as_ref().unwrap();
+    assert_eq!(drift.change, DriftChange::Edited);
+    let fields: Vec<(&str, FieldChange, Option<&str>)> = drift
+        .fields
+        .iter()
+        .map(|f| {
+            (
+                f.path.as_str(),
+                f.change,
+                f.by.as_ref().map(|b| b.manager.as_str()),
+            )
+        })
+        .collect();
+    assert!(
+        fields.contains(&("data.k", FieldChange::Changed, Some("kubectl-patch"))),
+        "{fields:?}"
+    );
+    assert!(
+        fields.contains(&("data.injected", FieldChange::Added, Some("kubectl-patch"))),
+        "{fields:?}"
+    );
+    assert_eq!(drifted.action, HostAction::None);
+    assert_eq!(
+        (correction.outcome, correction.action),
+        (Outcome::Synced, HostAction::Update)
+    );
+    assert_eq!(correction.reason, "HostEditReverted");
+    let reverted = eventually("the host ConfigMap as the tenant has it", || async {
+        host("ConfigMap", cm.clone())
+            .await
+            .filter(|v| v["data"] == json!({"k": "1"}))
+    })
+    .await;
+    assert_eq!(
+        reverted["metadata"]["annotations"]["tenantplane.io/decision-id"],
+        json!(correction.id),
+        "the host object names the decision that corrected it"
+    );
+
+    // Another field manager adds a label tenantplane does not set: its own business. Then a
+    // person removes the tenant label tenantplane set: provenance drift, and only that.
+    patch_as(
+        &env,
+        "label-bot",
+        &host_ns,
+        "ConfigMap",
+        &cm,
+        json!({"metadata": {"labels": {"team": "payments"}}}),
+    )
+    .await;
+    let before = decisions_about(&url, &t, "cfg").await.len();
+    patch_as(
+        &env,
+        "kubectl-label",
+        &host_ns,
+        "ConfigMap",
+        &cm,
+        json!({"metadata": {"labels": {"tenantplane.io/tenant": null}}}),
+    )
+    .await;
+    let (drifted, correction) =
+        drifted_and_corrected(&url, &t, "cfg", "HostProvenanceRemoved", before).await;
+    let paths: Vec<String> = drifted
+        .drift
+        .as_ref()
+        .unwrap()
+        .fields
+        .iter()
+        .map(|f| f.path.clone())
+        .collect();
+    assert_eq!(
+        paths,
+        [r#"metadata.labels["tenantplane.io/tenant"]"#],
+        "the team label is no drift"
+    );
+    assert_eq!(correction.reason, "HostProvenanceRestored");
+    let restored = eventually("the tenant label back on the host ConfigMap", || async {
+        host("ConfigMap", cm.clone())
+            .await
+            .filter(|v| v["metadata"]["labels"]["tenantplane.io/tenant"] == json!(t))
+    })
+    .await;
+    assert_eq!(
+        restored["metadata"]["labels"]["team"], "payments",
+        "another's label stays"
+    );
+    let all = decisions_about(&url, &t, "cfg").await;
+    assert!(
+        !all.iter().any(|d| d.message.contains("team")),
+        "no decision took the label another manager added for drift"
+    );
+
+    // A person deletes the host ServiceAccount: drift, then re-created by a decision that says so.
+    let before = decisions_about(&url, &t, "robot").await.len();
+    delete(
+        &env.host.client,
+        "v1",
+        "ServiceAccount",
+        Some(&host_ns),
+        &sa,
+    )
+    .await
+    .unwrap();
+    let (drifted, correction) =
+        drifted_and_corrected(&url, &t, "robot", "HostObjectDeleted", before).await;
+    assert_eq!(drifted.drift.as_ref().unwrap().change, DriftChange::Deleted);
+    assert_eq!(
+        (correction.action, correction.reason.as_str()),
+        (HostAction::Create, "HostObjectRecreated")
+    );
+    let again = eventually("the host ServiceAccount re-created", || async {
+        host("ServiceAccount", sa.clone())
+            .await
+            .filter(|v| v["metadata"]["uid"] != first_sa["metadata"]["uid"])
+    })
+    .await;
+    assert_eq!(
+        again["metadata"]["annotations"]["tenantplane.io/decision-id"],
+        json!(correction.id)
+    );
+    eventually("the Tenant counting its drifts", || async {
+        let s = tenant_status(&env, &t).await;
+        (s["counts"]["drifted"].as_u64().unwrap_or(0) >= 3).then_some(())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fighting_controller_is_one_tug_of_war_and_record_mode_leaves_the_edit() {
+    let dir = tempfile::tempdir().unwrap();
+    let (env, url) = env_with_log(&dir).await;
+    let ns = env.tenant_namespace("tug").await.unwrap();
+    let policy = env
+        .default_policy_in("tug-policy", std::slice::from_ref(&ns), false)
+        .await
+        .unwrap();
+    let fought = env
+        .create_tenant_with("tug", json!({"syncPolicyRef": policy}))
+        .await
+        .unwrap();
+    let recorded = env
+        .create_tenant_with("glass", json!({"syncPolicyRef": policy, "drift": "Record"}))
+        .await
+        .unwrap();
+    create(
+        &env.tenant_cp.client,
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "cfg", "namespace": ns}, "data": {"k": "1"}}),
+    )
+    .await
+    .unwrap();
+    let cm = format!("cfg-x-{ns}");
+    for t in [&fought, &recorded] {
+        let host_ns = format!("tenant-{t}");
+        eventually("the host ConfigMap", || async {
+            get(&env.host.client, "v1", "ConfigMap", Some(&host_ns), &cm).await
+        })
+        .await;
+    }
+
+    // A controller that sets data.k back whenever it is not its value, for six seconds.
+    let host_ns = format!("tenant-{fought}");
+    let before = decisions_about(&url, &fought, "cfg").await.len();
+    let fight_until = std::time::Instant::now() + Duration::from_secs(6);
+    while std::time::Instant::now() < fight_until {
+        let live = get(&env.host.client, "v1", "ConfigMap", Some(&host_ns), &cm).await;
+        if live.is_some_and(|v| v["data"]["k"] != "fight") {
+            patch_as(
+                &env,
+                "fighter",
+                &host_ns,
+                "ConfigMap",
+                &cm,
+                json!({"data": {"k": "fight"}}),
+            )
+            .await;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    eventually(
+        "the host ConfigMap as the tenant has it, once the fight is over",
+        || async {
+            get(&env.host.client, "v1", "ConfigMap", Some(&host_ns), &cm)
+                .await
+                .filter(|v| v["data"]["k"] == "1")
+        },
+    )
+    .await;
+    let fight = decisions_about(&url, &fought, "cfg")
+        .await
+        .split_off(before);
+    let drifts: Vec<&Decision> = fight
+        .iter()
+        .filter(|d| d.outcome == Outcome::Drifted)
+        .collect();
+    let corrections = fight
+        .iter()
+        .filter(|d| d.reason == "HostEditReverted")
+        .count();
+    let most = drifts
+        .iter()
+        .filter_map(|d| d.drift.as_ref())
+        .map(|d| d.times)
+        .max()
+        .unwrap_or(0);
+    assert!(most >= 4, "the drifts in a row are counted: {most}");
+    assert!(
+        drifts.len() < most as usize,
+        "a tug of war is not recorded drift by drift: {} Drifted decisions for {most} drifts",
+        drifts.len()
+    );
+    assert!(
+        drifts.iter().any(|d| d.message.contains("times in a row")),
+        "the tug of war is said"
+    );
+    // Corrected at once for the first two drifts, then after 200 ms, 400 ms, 800 ms and the
+    // tests' longest backoff (1 s): about eight corrections in six seconds, where a write loop
+    // would make one per round trip.
+    assert!(
+        corrections <= 12,
+        "corrections back off: {corrections} in six seconds"
+    );
+
+    // Record: the edit stays, the Tenant says it has drifted, and says so no more once the host
+    // object holds what tenantplane set again.
+    let host_ns = format!("tenant-{recorded}");
+    let before = decisions_about(&url, &recorded, "cfg").await.len();
+    patch_as(
+        &env,
+        "break-glass",
+        &host_ns,
+        "ConfigMap",
+        &cm,
+        json!({"data": {"k": "hotfix"}}),
+    )
+    .await;
+    let drifted = eventually("a Drifted decision under Record", || async {
+        decisions_about(&url, &recorded, "cfg")
+            .await
+            .split_off(before)
+            .into_iter()
+            .find(|d| d.outcome == Outcome::Drifted)
+    })
+    .await;
+    assert!(
+        drifted.message.contains("left as it is"),
+        "{}",
+        drifted.message
+    );
+    let condition = |want: &'static str| {
+        let (env, recorded) = (&env, &recorded);
+        async move {
+            eventually(&format!("the Drifted condition {want}"), || async {
+                let s = tenant_status(env, recorded).await;
+                s["conditions"]
+                    .as_array()?
+                    .iter()
+                    .find(|c| c["type"] == "Drifted" && c["status"] == want)
+                    .cloned()
+            })
+            .await
+        }
+    };
+    condition("True").await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let live = get(&env.host.client, "v1", "ConfigMap", Some(&host_ns), &cm)
+        .await
+        .unwrap();
+    assert_eq!(
+        live["data"]["k"], "hotfix",
+        "Record leaves the host object as edited"
+    );
+    assert!(
+        !decisions_about(&url, &recorded, "cfg")
+            .await
+            .iter()
+            .any(|d| d.drift.as_ref().is_some_and(|x| x.corrects.is_some())),
+        "nothing corrected under Record"
+    );
+    patch_as(
+        &env,
+        "break-glass",
+        &host_ns,
+        "ConfigMap",
+        &cm,
+        json!({"data": {"k": "1"}}),
+    )
+    .await;
+    condition("False").await;
+    let _ = delete(&env.tenant_cp.client, "v1", "ConfigMap", Some(&ns), "cfg").await;
+}
