@@ -241,9 +241,15 @@ async fn host_edits_and_deletes_are_drift_recorded_with_who_did_it_and_corrected
             .filter(|v| v["metadata"]["uid"] != first_sa["metadata"]["uid"])
     })
     .await;
+    let robot: Vec<(Outcome, String, String)> = decisions_about(&url, &t, "robot")
+        .await
+        .into_iter()
+        .map(|d| (d.outcome, d.reason, d.id))
+        .collect();
     assert_eq!(
         again["metadata"]["annotations"]["tenantplane.io/decision-id"],
-        json!(correction.id)
+        json!(correction.id),
+        "{robot:?}\n{again}"
     );
     eventually("the Tenant counting its drifts", || async {
         let s = tenant_status(&env, &t).await;

@@ -116,7 +116,8 @@ async fn append_get_and_query_with_every_filter() {
         assert_eq!(tenth.decision.message, "decision 9 for tenant-0");
         assert!(store.get("no-such-id".into()).await.unwrap().is_none());
 
-        // Decision i: tenant i%3, object (i/3)%1000, outcome ALL[i%8], rule i%3.
+        // Decision i: tenant i%3, object (i/3)%1000, outcome ALL[i%n] (n outcomes), rule i%3.
+        let n = Outcome::ALL.len() as u64;
         let cases: Vec<(Filter, Vec<u64>)> = vec![
             (
                 Filter {
@@ -160,7 +161,7 @@ async fn append_get_and_query_with_every_filter() {
                     ..Filter::default()
                 },
                 (0..30)
-                    .filter(|i| matches!(i % 8, 3 | 4))
+                    .filter(|i| matches!(i % n, 3 | 4))
                     .map(|i| i + 1)
                     .collect(),
             ),
@@ -171,7 +172,7 @@ async fn append_get_and_query_with_every_filter() {
                     ..Filter::default()
                 },
                 (0..30)
-                    .filter(|i| i % 3 == 2 && i % 8 == 0)
+                    .filter(|i| i % 3 == 2 && i % n == 0)
                     .map(|i| i + 1)
                     .collect(),
             ),
