@@ -422,3 +422,105 @@ async fn a_fighting_controller_is_one_tug_of_war_and_record_mode_leaves_the_edit
     condition("False").await;
     let _ = delete(&env.tenant_cp.client, "v1", "ConfigMap", Some(&ns), "cfg").await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hand_edit_of_a_compiled_network_policy_is_drift_and_is_reverted() {
+    let dir = tempfile::tempdir().unwrap();
+    let (env, url) = env_with_log(&dir).await;
+    let h = &env.host.client;
+    let profile = env.name("drift-fence");
+    create(
+        h,
+        json!({"apiVersion": "tenantplane.io/v1alpha1", "kind": "IsolationProfile",
+        "metadata": {"name": profile}, "spec": {"level": "restricted"}}),
+    )
+    .await
+    .unwrap();
+    let policy = env
+        .default_policy_in("fence-policy", &[env.name("fence")], false)
+        .await
+        .unwrap();
+    let t = env
+        .create_tenant_with(
+            "fenced",
+            json!({"isolationProfileRef": profile, "syncPolicyRef": policy}),
+        )
+        .await
+        .unwrap();
+    let host_ns = format!("tenant-{t}");
+    let netpol = "networking.k8s.io/v1";
+    let name = "tenantplane-default-deny";
+    let compiled = eventually("the compiled default-deny NetworkPolicy", || async {
+        get(h, netpol, "NetworkPolicy", Some(&host_ns), name).await
+    })
+    .await;
+    let types = compiled["spec"]["policyTypes"].clone();
+    assert_eq!(types, json!(["Ingress", "Egress"]), "{compiled}");
+
+    // Someone lets egress out by hand.
+    let about_it = || async {
+        decisions_about(&url, &t, &profile)
+            .await
+            .into_iter()
+            .filter(|d| d.target.as_ref().is_some_and(|x| x.name == name))
+            .collect::<Vec<_>>()
+    };
+    let before = about_it().await.len();
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(h.clone(), &host_ns, &resource(netpol, "NetworkPolicy"));
+    let params = PatchParams {
+        field_manager: Some("kubectl-edit".into()),
+        ..PatchParams::default()
+    };
+    api.patch(
+        name,
+        &params,
+        &Patch::Merge(json!({"spec": {"policyTypes": ["Ingress"]}})),
+    )
+    .await
+    .unwrap();
+    let (drifted, correction) = eventually(
+        "the edit of the compiled NetworkPolicy, reverted",
+        || async {
+            let later = about_it().await.split_off(before);
+            let drifted = later
+                .iter()
+                .find(|d| d.outcome == Outcome::Drifted)?
+                .clone();
+            let correction = later
+                .iter()
+                .find(|d| {
+                    d.drift
+                        .as_ref()
+                        .is_some_and(|x| x.corrects.as_deref() == Some(drifted.id.as_str()))
+                })?
+                .clone();
+            Some((drifted, correction))
+        },
+    )
+    .await;
+    let fields: Vec<String> = drifted
+        .drift
+        .as_ref()
+        .unwrap()
+        .fields
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    assert!(
+        fields.iter().any(|f| f.starts_with("spec.policyTypes")),
+        "{fields:?}"
+    );
+    assert_eq!(drifted.subject.kind, "IsolationProfile");
+    assert_eq!(
+        drifted.profile.as_ref().map(|p| p.name.as_str()),
+        Some(profile.as_str())
+    );
+    assert_eq!(correction.reason, "HostEditReverted");
+    eventually("egress denied again", || async {
+        get(h, netpol, "NetworkPolicy", Some(&host_ns), name)
+            .await
+            .filter(|np| np["spec"]["policyTypes"] == types)
+    })
+    .await;
+}

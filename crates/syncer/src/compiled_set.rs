@@ -17,17 +17,18 @@
 //! [`crate::reconcile::compiled`]'s, the writes the [`Writer`]'s.
 
 use std::collections::HashMap;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Client;
 use kube::api::{Api, DynamicObject};
 use kube::core::{ApiResource, GroupVersionKind};
 use kube::discovery::{self, Scope};
 use serde_json::{Value, json};
 use tenantplane_api::provenance;
+use tenantplane_api::tenant::DriftPolicy;
 use tenantplane_core::decision::{Decision, Outcome};
+use tenantplane_core::drift;
 use tenantplane_core::translate::{DESIRED_DIGEST, digest};
 use tenantplane_isolation::ObjectRef;
 use tracing::Instrument as _;
@@ -35,7 +36,7 @@ use tracing::Instrument as _;
 use crate::reconcile::{self, compiled};
 use crate::record::{COMPONENT, DecisionRecorder};
 use crate::trace;
-use crate::writer::{Write, Writer};
+use crate::writer::{FIELD_MANAGER, Write, Writer};
 
 pub use crate::reconcile::compiled::{Origin, Verdict};
 
@@ -46,8 +47,8 @@ pub struct Compiled {
     pub api: Api<DynamicObject>,
     /// The object as compiled, ready to apply.
     pub object: Value,
-    /// The metadata of the object the cluster holds at its name, if any.
-    pub held: Option<ObjectMeta>,
+    /// The object the cluster holds at its name, if any, with its managedFields.
+    pub held: Option<Value>,
     /// What produced it.
     pub origin: Origin,
     /// The reason of the decision to apply it.
@@ -109,6 +110,8 @@ pub struct CompiledSet<'a> {
     pub recorder: &'a DecisionRecorder,
     /// When the evaluation of the set started: its decisions' latency counts from it.
     pub started: Instant,
+    /// What the Tenant does about drift of the set's objects.
+    pub drift: DriftPolicy,
 }
 
 impl CompiledSet<'_> {
@@ -125,15 +128,31 @@ impl CompiledSet<'_> {
         let mut result = Applied::default();
         let total = compiled.len();
         let mut writes = Vec::new();
+        let mut drifts = Vec::new();
         for c in compiled {
             let target =
                 ObjectRef::from_object(&c.object).context("a compiled object without identity")?;
             let (object, digest) = desired(&c.object);
-            let in_place = c.held.as_ref().is_some_and(|h| {
-                h.annotations.as_ref().and_then(|a| a.get(DESIRED_DIGEST)) == Some(&digest)
-            });
-            if in_place {
-                result.unchanged += 1;
+            let held_digest = c
+                .held
+                .as_ref()
+                .and_then(|h| h.pointer("/metadata/annotations"))
+                .and_then(|a| a.get(DESIRED_DIGEST))
+                .and_then(Value::as_str);
+            if held_digest == Some(digest.as_str()) {
+                let held = c.held.as_ref().expect("an object in place is held");
+                match drift::detect(&object, held, FIELD_MANAGER) {
+                    None => {
+                        self.recorder
+                            .ledger()
+                            .undrifted(&self.source.key_of(&target));
+                        result.unchanged += 1;
+                    }
+                    Some(found) => {
+                        let corrected = drift::corrected(&object, held);
+                        drifts.push((target, c.api, c.origin, found, corrected));
+                    }
+                }
                 continue;
             }
             writes.push(ObjectWrite {
@@ -154,6 +173,13 @@ impl CompiledSet<'_> {
             origin: s.origin,
             verdict: Verdict::pruned(s.message),
         }));
+        for (target, api, origin, found, corrected) in drifts {
+            if self.drifted(target, api, origin, found, corrected).await? {
+                result.applied += 1;
+            } else {
+                result.unchanged += 1;
+            }
+        }
         if writes.is_empty() {
             return Ok(result);
         }
@@ -190,6 +216,75 @@ impl CompiledSet<'_> {
             }
         }
         Ok(result)
+    }
+
+    /// An object of the set in place by its digest whose fields tenantplane sets someone else
+    /// changed (`found`): a Drifted decision (the first in a row, the third and then every power
+    /// of two of a tug of war), then under `Revert` the correction, `corrected` replacing the
+    /// object, unless a tug of war holds it back (the next reconcile of the Tenant after it is
+    /// due makes it). Returns whether it was corrected.
+    async fn drifted(
+        &self,
+        target: ObjectRef,
+        api: Api<DynamicObject>,
+        origin: Origin,
+        found: drift::Drift,
+        corrected: Value,
+    ) -> anyhow::Result<bool> {
+        let key = self.source.key_of(&target);
+        let ledger = self.recorder.ledger();
+        let version = corrected
+            .pointer("/metadata/resourceVersion")
+            .and_then(Value::as_str)
+            .map(str::to_string);
+        let seen = ledger.drift_seen(&key, version.as_deref());
+        let span = tracing::Span::current();
+        let base = self.source.decision(
+            Some(&target),
+            &origin,
+            &Verdict::applied(true, "HostObjectEdited", String::new()),
+            trace::stamp_in(&span, COMPONENT),
+        );
+        let decision = reconcile::drift::drifted_decision(base, found, seen.times, self.drift);
+        let times = seen.times + 1;
+        let input = &self.source.input_digest;
+        let drift_id = match (seen.same, seen.drift_id) {
+            (true, Some(id)) => id,
+            _ if times <= CORRECTED_AT_ONCE + 1 || times.is_power_of_two() => {
+                self.recorder
+                    .record(&key, &decision, input, None, self.started)
+                    .await?;
+                decision.id.clone()
+            }
+            (_, last) => last.unwrap_or_else(|| decision.id.clone()),
+        };
+        if self.drift == DriftPolicy::Record {
+            ledger.drifted(&key, times, version.as_deref(), None, &drift_id);
+            return Ok(false);
+        }
+        let due = seen
+            .due
+            .unwrap_or_else(|| Instant::now() + correction_delay(times));
+        ledger.drifted(&key, times, version.as_deref(), Some(due), &drift_id);
+        if due > Instant::now() {
+            return Ok(false);
+        }
+        let span = trace::follow_up_span(&decision);
+        let (correction, write) = reconcile::drift::correction(
+            &decision,
+            &drift_id,
+            Write::Replace(corrected),
+            trace::stamp_in(&span, COMPONENT),
+        );
+        let w = ObjectWrite {
+            target,
+            api,
+            origin,
+            verdict: Verdict::applied(true, "HostEditReverted", correction.message.clone()),
+            write,
+        };
+        self.write(&w, &correction).instrument(span).await?;
+        Ok(true)
     }
 
     /// Records the decision about one object, then makes its write with the decision's id on
@@ -232,6 +327,22 @@ impl CompiledSet<'_> {
         Err(e).with_context(|| format!("{verb} {r}"))
     }
 }
+
+/// Drifts in a row corrected at once; from the next one on, corrections wait.
+const CORRECTED_AT_ONCE: u32 = 2;
+
+/// How long the correction of the `times`th drift in a row of a compiled object waits: nothing
+/// for the first ones, then twice as long each time from one second up to five minutes (the
+/// Tenant's next reconcile after that makes it).
+fn correction_delay(times: u32) -> Duration {
+    if times <= CORRECTED_AT_ONCE {
+        return Duration::ZERO;
+    }
+    Duration::from_secs(1u64 << (times - CORRECTED_AT_ONCE - 1).min(9)).min(MAX_CORRECTION_DELAY)
+}
+
+/// The longest a tug of war holds a compiled object's correction back.
+const MAX_CORRECTION_DELAY: Duration = Duration::from_secs(300);
 
 /// `object` with the id of `decision` on it (`tenantplane.io/decision-id`).
 fn with_id(object: &Value, decision: &Decision) -> Value {

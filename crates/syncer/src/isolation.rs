@@ -244,13 +244,13 @@ async fn apply(
             .api(client, &r.api_version, &r.kind, r.namespace.as_deref())
             .await?;
         let held = api
-            .get_metadata_opt(&r.name)
+            .get_opt(&r.name)
             .await
             .with_context(|| format!("reading {} {}", r.kind, r.name))?;
         compiled.push(Compiled {
             api,
             object: c.object.clone(),
-            held: held.map(|h| h.metadata),
+            held: held.map(|h| serde_json::to_value(h).expect("an object serializes")),
             origin: origin(profile, c.provenance.field_paths.join(",")),
             reason: "CompiledFromProfile",
             message: c.provenance.explanation.clone(),
@@ -292,6 +292,7 @@ async fn apply(
         writer: host.writer,
         recorder: host.recorder,
         started,
+        drift: tenant.spec.drift,
     };
     let compiled_for = format!(
         "IsolationProfile {} (generation {generation}) compiled for host namespace {}",

@@ -6,7 +6,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
@@ -40,7 +40,40 @@ struct LedgerState {
     last_recorded: HashMap<String, (Outcome, String, String)>,
     /// The span of the last recorded decision per object key (traced decisions only).
     journeys: HashMap<String, SpanContext>,
+    /// The drifts in a row of each object key's host object.
+    streaks: HashMap<String, Streak>,
     dirty: bool,
+}
+
+/// Drifts of one host object closer together than this are one tug of war.
+const STREAK_WINDOW: Duration = Duration::from_secs(600);
+
+/// The drifts in a row of one host object.
+#[derive(Debug)]
+struct Streak {
+    /// How many.
+    times: u32,
+    /// When the last was seen.
+    last: Instant,
+    /// The resourceVersion of the host object that showed the last (none for a delete).
+    resource_version: Option<String>,
+    /// Its correction is held back until then.
+    due: Option<Instant>,
+    /// The Drifted decision that recorded it (or the last one recorded in a tug of war).
+    drift_id: String,
+}
+
+/// What was seen before of the drift a host object shows.
+#[derive(Debug, Default)]
+pub struct Seen {
+    /// Drifts in a row before this one.
+    pub times: u32,
+    /// This very drift was seen (and recorded) before: the host object has not changed since.
+    pub same: bool,
+    /// When its correction is due, when it was held back.
+    pub due: Option<Instant>,
+    /// The Drifted decision that recorded this drift, or the last one in the streak.
+    pub drift_id: Option<String>,
 }
 
 /// The shared tally of one Tenant; cheap to clone.
@@ -87,6 +120,16 @@ impl TenantLedger {
             now(),
         );
         if s.conditions != before {
+            s.dirty = true;
+            self.changed.notify_one();
+        }
+    }
+
+    /// The host object of `key`, left as edited by a Drifted decision (`Record`), holds what
+    /// tenantplane sets again (a compiled object: no decision records that it is in place).
+    pub fn undrifted(&self, key: &str) {
+        let mut s = self.lock();
+        if s.drifted.remove(key) {
             s.dirty = true;
             self.changed.notify_one();
         }
@@ -167,9 +210,58 @@ impl TenantLedger {
         let mut s = self.lock();
         s.last_recorded.remove(key);
         s.journeys.remove(key);
+        s.streaks.remove(key);
         if s.pending.remove(key) | s.drifted.remove(key) {
             s.dirty = true;
         }
+    }
+
+    /// What was seen before of the drift of the host object of `key` that the host object at
+    /// `resource_version` shows (`None`: a delete, never seen before).
+    pub fn drift_seen(&self, key: &str, resource_version: Option<&str>) -> Seen {
+        let s = self.lock();
+        match s.streaks.get(key) {
+            Some(st)
+                if resource_version.is_some()
+                    && st.resource_version.as_deref() == resource_version =>
+            {
+                Seen {
+                    times: st.times - 1,
+                    same: true,
+                    due: st.due,
+                    drift_id: Some(st.drift_id.clone()),
+                }
+            }
+            Some(st) if st.last.elapsed() < STREAK_WINDOW => Seen {
+                times: st.times,
+                drift_id: Some(st.drift_id.clone()),
+                ..Seen::default()
+            },
+            _ => Seen::default(),
+        }
+    }
+
+    /// Remembers a drift of the host object of `key`: the `times`th in a row, shown at
+    /// `resource_version`, recorded by the Drifted decision `drift_id`, its correction due at
+    /// `due` (not held back when `None`).
+    pub fn drifted(
+        &self,
+        key: &str,
+        times: u32,
+        resource_version: Option<&str>,
+        due: Option<Instant>,
+        drift_id: &str,
+    ) {
+        self.lock().streaks.insert(
+            key.to_string(),
+            Streak {
+                times,
+                last: Instant::now(),
+                resource_version: resource_version.map(str::to_string),
+                due,
+                drift_id: drift_id.to_string(),
+            },
+        );
     }
 
     /// Links a decision's span to the previous decision's about the same object, and remembers

@@ -3,8 +3,9 @@
 //! (`runtimes`: the runtime table).
 //!
 //! A Tenant is reconciled when its spec, identity, deletion or finalizer change (not its status,
-//! which the syncer itself writes), when its SyncPolicy or IsolationProfile changes, and every
-//! resync period; a failing reconcile is retried with exponential backoff. Deleting a Tenant is
+//! which the syncer itself writes), when its SyncPolicy or IsolationProfile changes, when one of
+//! its compiled isolation objects in the host changes (someone may have edited it: drift), and
+//! every resync period; a failing reconcile is retried with exponential backoff. Deleting a Tenant is
 //! `cleanup`'s.
 
 use std::collections::HashMap;
@@ -14,7 +15,11 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Namespace, Secret};
+use k8s_openapi::api::admissionregistration::v1::{
+    ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+};
+use k8s_openapi::api::core::v1::{LimitRange, Namespace, ResourceQuota, Secret};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::api::{Api, PostParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::{self, ObjectRef};
@@ -133,6 +138,28 @@ async fn run_controller(ctx: Arc<Context>) {
             },
         )
         .watches(
+            compiled::<NetworkPolicy>(&host),
+            compiled_objects(),
+            tenant_of,
+        )
+        .watches(
+            compiled::<ResourceQuota>(&host),
+            compiled_objects(),
+            tenant_of,
+        )
+        .watches(compiled::<LimitRange>(&host), compiled_objects(), tenant_of)
+        .watches(compiled::<Namespace>(&host), compiled_objects(), tenant_of)
+        .watches(
+            compiled::<ValidatingAdmissionPolicy>(&host),
+            compiled_objects(),
+            tenant_of,
+        )
+        .watches(
+            compiled::<ValidatingAdmissionPolicyBinding>(&host),
+            compiled_objects(),
+            tenant_of,
+        )
+        .watches(
             Api::<SyncPolicy>::all(host.clone()),
             watcher::Config::default(),
             move |p: SyncPolicy| {
@@ -152,6 +179,32 @@ async fn run_controller(ctx: Arc<Context>) {
             }
         })
         .await;
+}
+
+/// The host API of a kind the isolation compiler produces, across namespaces.
+fn compiled<K>(host: &Client) -> Api<K>
+where
+    K: kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    Api::all(host.clone())
+}
+
+/// The compiled isolation objects of every Tenant: managed by tenantplane and synced from no
+/// tenant object. One watch per kind for all Tenants.
+fn compiled_objects() -> watcher::Config {
+    watcher::Config::default().labels(&format!(
+        "{}=true,!{}",
+        provenance::MANAGED,
+        provenance::SOURCE_UID
+    ))
+}
+
+/// The Tenant a compiled object belongs to.
+fn tenant_of<K: kube::Resource>(object: K) -> Option<ObjectRef<Tenant>> {
+    object
+        .labels()
+        .get(provenance::TENANT)
+        .map(|tenant| ObjectRef::new(tenant))
 }
 
 /// What a reconcile reads from the Tenant object itself: which Tenant (a recreated one is new),

@@ -37,9 +37,24 @@ pub enum HostChange<'a> {
 /// the drift): same subject and target, outcome Drifted, no write; the correction's write kept
 /// for [`correction`] under `Revert`. `streak`: how many times in a row the object drifted
 /// before.
-pub fn drifted(step: Step, mut drift: Drift, streak: u32, policy: DriftPolicy) -> Step {
+pub fn drifted(step: Step, drift: Drift, streak: u32, policy: DriftPolicy) -> Step {
+    Step {
+        decision: drifted_decision(step.decision, drift, streak, policy),
+        write: None,
+        status_up: None,
+        correction: step.write.filter(|_| policy == DriftPolicy::Revert),
+    }
+}
+
+/// `decision` (about the drifted host object) made the Drifted decision that records `drift`,
+/// the `streak + 1`th in a row.
+pub fn drifted_decision(
+    mut decision: Decision,
+    mut drift: Drift,
+    streak: u32,
+    policy: DriftPolicy,
+) -> Decision {
     drift.times = streak + 1;
-    let mut decision = step.decision;
     let next = match policy {
         DriftPolicy::Revert => "corrected next, by a decision of its own",
         DriftPolicy::Record => "left as it is (spec.drift: Record)",
@@ -58,12 +73,7 @@ pub fn drifted(step: Step, mut drift: Drift, streak: u32, policy: DriftPolicy) -
     decision.action = HostAction::None;
     decision.reason = drift.change.reason().into();
     decision.drift = Some(drift);
-    Step {
-        decision,
-        write: None,
-        status_up: None,
-        correction: step.write.filter(|_| policy == DriftPolicy::Revert),
-    }
+    decision
 }
 
 /// The decision correcting the drift `drifted` finds, linked to the Drifted decision that

@@ -12,10 +12,11 @@ use serde_json::Value;
 use tenantplane_core::TenantObject;
 use tracing::Instrument as _;
 
-use super::caches::{Changed, LiveView, Seen};
+use super::caches::{Changed, LiveView};
 use super::{Key, Worker};
 use crate::reconcile::{self, Step};
 use crate::record::{COMPONENT, reference_of};
+use crate::tenant_status::Seen;
 use crate::trace;
 
 /// Drifts in a row corrected at once; from the next one on, corrections back off.
@@ -50,9 +51,9 @@ impl Worker {
         let regarding = || Some(reference_of(&object.object));
         let times = step.decision.drift.as_ref().map_or(1, |d| d.times);
         let version = version_of(&change).map(str::to_string);
-        let drift_id = match seen.drift_id.filter(|_| seen.same) {
-            Some(id) => id,
-            None if times <= CORRECTED_AT_ONCE + 1 || times.is_power_of_two() => {
+        let drift_id = match (seen.same, seen.drift_id) {
+            (true, Some(id)) => id,
+            _ if times <= CORRECTED_AT_ONCE + 1 || times.is_power_of_two() => {
                 let recorded = self
                     .recorder
                     .record(&k, &step.decision, &content, regarding(), started)
@@ -66,18 +67,17 @@ impl Worker {
                 }
                 step.decision.id.clone()
             }
-            None => {
+            (_, last) => {
                 trace::describe(&tracing::Span::current(), &step.decision);
-                self.caches
-                    .streak_decision(key)
-                    .unwrap_or_else(|| step.decision.id.clone())
+                last.unwrap_or_else(|| step.decision.id.clone())
             }
         };
         let Some(write) = step.correction.clone() else {
             // Record: left as it is, and looked at again at each change until it holds what
             // tenantplane sets.
-            self.caches
-                .drifted(key, times, version.as_deref(), None, &drift_id);
+            self.recorder
+                .ledger()
+                .drifted(&k, times, version.as_deref(), None, &drift_id);
             self.caches.remember_in_place(key, object, &step);
             self.keep_watching(key, change);
             self.succeeded(key);
@@ -86,8 +86,9 @@ impl Worker {
         let due = seen
             .due
             .unwrap_or_else(|| Instant::now() + self.correction_delay(times));
-        self.caches
-            .drifted(key, times, version.as_deref(), Some(due), &drift_id);
+        self.recorder
+            .ledger()
+            .drifted(&k, times, version.as_deref(), Some(due), &drift_id);
         let wait = due.saturating_duration_since(Instant::now());
         if !wait.is_zero() {
             self.keep_watching(key, change);

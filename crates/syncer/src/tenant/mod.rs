@@ -253,7 +253,10 @@ impl Worker {
         };
         let world = (Some(key.kind) == self.caches.pod_kind).then(|| self.pod_world(object));
         let change = self.caches.take_host_change(key);
-        let seen = self.caches.streak(key, drift::version_of(&change));
+        let seen = self
+            .recorder
+            .ledger()
+            .drift_seen(&self.caches.key_string(key), drift::version_of(&change));
         let host_change = match &change {
             Changed::Nothing => reconcile::HostChange::Unseen,
             Changed::Written(v) => reconcile::HostChange::Changed(v),
@@ -403,7 +406,6 @@ impl Worker {
             )?;
             Some((step, span))
         });
-        self.caches.forget_drift(key);
         let Some((step, span)) = decided else {
             self.recorder.ledger().forget(&k);
             self.succeeded(key);

@@ -41,6 +41,7 @@ use crate::record::DecisionRecorder;
 use crate::tenant_status::TenantLedger;
 use crate::trace;
 use crate::writer::Writer;
+use tenantplane_api::tenant::DriftPolicy;
 
 mod namespace_labels;
 
@@ -62,6 +63,8 @@ pub struct Source {
     /// The Tenant's mapping scheme, recorded on each decision (the tenant control plane's
     /// objects are not mapped).
     pub mapping: MappingVersion,
+    /// What the Tenant does about drift of the objects (edited in its control plane).
+    pub drift: DriftPolicy,
 }
 
 /// Whether `decision`'s target is an object in the tenant control plane (an admission object
@@ -87,6 +90,7 @@ impl Source {
                 .and_then(|p| p.metadata.resource_version.clone())
                 .unwrap_or_default(),
             mapping: tenant.mapping_version(),
+            drift: tenant.spec.drift,
         }
     }
 
@@ -275,7 +279,7 @@ async fn apply(
             .api(client, admission::API_VERSION, kind, None)
             .await?;
         let list = api
-            .list_metadata(&ListParams::default().labels(&selector))
+            .list(&ListParams::default().labels(&selector))
             .await
             .with_context(|| format!("listing the Tenant's {kind}s in its control plane"))?;
         existing.extend(list.items.into_iter().map(|m| (kind, m)));
@@ -287,7 +291,13 @@ async fn apply(
         let held = existing
             .iter()
             .find(|(kind, m)| *kind == r.kind && m.metadata.name.as_deref() == Some(&r.name))
-            .map(|(_, m)| m.metadata.clone());
+            .map(|(_, m)| {
+                // A list's items lack the apiVersion and kind a replace needs.
+                let mut held = serde_json::to_value(m).expect("an object serializes");
+                held["apiVersion"] = json!(r.api_version);
+                held["kind"] = json!(r.kind);
+                held
+            });
         let annotation = |key: &str| {
             object
                 .pointer(&format!("/metadata/annotations/{}", key.replace('/', "~1")))
@@ -375,6 +385,7 @@ async fn apply(
         writer: &writer,
         recorder,
         started,
+        drift: source.drift,
     };
     let compiled_for = format!(
         "SyncPolicy {} (revision {}) compiled for the tenant control plane's admission",

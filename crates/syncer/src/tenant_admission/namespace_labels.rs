@@ -137,6 +137,7 @@ async fn label_namespace(
         writer: &Writer::tenant_control_plane(),
         recorder,
         started,
+        drift: source.drift,
     };
     if let Err(e) = set.write(&write, &decision).instrument(span).await {
         tracing::warn!(tenant = %source.tenant, namespace = %name, error = %format!("{e:#}"),

@@ -1,7 +1,8 @@
 //! What changed on the host behind this syncer's back, for the drift check of
 //! [`crate::reconcile::drift`]: the host object as the host last sent it (managedFields and all)
-//! when another hand than this syncer's changed it, a host object of ours deleted by someone
-//! else, and how many times in a row an object drifted (a tug of war).
+//! when another hand than this syncer's changed it, and a host object of ours deleted by someone
+//! else. (How many times in a row an object drifted is the ledger's:
+//! [`crate::tenant_status::TenantLedger::drift_seen`].)
 //!
 //! The host stores keep trimmed objects ([`super::stored`]); a whole object is kept here only from
 //! its event until its key is decided. Status changes (a kubelet's, a controller's) are not kept:
@@ -11,7 +12,6 @@
 
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
-use std::time::{Duration, Instant};
 
 use kube::ResourceExt as _;
 use kube::api::DynamicObject;
@@ -21,37 +21,6 @@ use tenantplane_api::provenance;
 use super::{Caches, to_value};
 use crate::tenant::Key;
 use crate::writer::FIELD_MANAGER;
-
-/// Drifts of one object closer together than this are one tug of war.
-const STREAK_WINDOW: Duration = Duration::from_secs(600);
-
-/// The drifts in a row of one host object.
-#[derive(Debug)]
-pub(in crate::tenant) struct Streak {
-    /// How many.
-    times: u32,
-    /// When the last was seen.
-    last: Instant,
-    /// The resourceVersion of the host object that showed the last (none for a delete).
-    resource_version: Option<String>,
-    /// Its correction is held back until then.
-    due: Option<Instant>,
-    /// The Drifted decision that recorded it (or the last one recorded in a tug of war).
-    drift_id: String,
-}
-
-/// What was seen before of the drift a host object shows.
-#[derive(Debug, Default)]
-pub(in crate::tenant) struct Seen {
-    /// Drifts in a row before this one.
-    pub(in crate::tenant) times: u32,
-    /// This very drift was seen (and recorded) before: the host object has not changed since.
-    pub(in crate::tenant) same: bool,
-    /// When its correction is due, when it was held back.
-    pub(in crate::tenant) due: Option<Instant>,
-    /// The Drifted decision that recorded it.
-    pub(in crate::tenant) drift_id: Option<String>,
-}
 
 /// What the host shows of one host object since the key's last decision.
 #[derive(Debug)]
@@ -157,65 +126,6 @@ impl Caches {
             .expect("fresh lock")
             .entry(at)
             .or_insert(fresh);
-    }
-
-    /// What this syncer saw before of the drift of `key`'s host object that the host object at
-    /// `resource_version` shows (`None`: a delete, never seen before).
-    pub(in crate::tenant) fn streak(&self, key: &Key, resource_version: Option<&str>) -> Seen {
-        let streaks = self.streaks.lock().expect("streaks lock");
-        match streaks.get(key) {
-            Some(s)
-                if resource_version.is_some()
-                    && s.resource_version.as_deref() == resource_version =>
-            {
-                Seen {
-                    times: s.times - 1,
-                    same: true,
-                    due: s.due,
-                    drift_id: Some(s.drift_id.clone()),
-                }
-            }
-            Some(s) if s.last.elapsed() < STREAK_WINDOW => Seen {
-                times: s.times,
-                same: false,
-                due: None,
-                drift_id: None,
-            },
-            _ => Seen::default(),
-        }
-    }
-
-    /// Remembers a drift of `key`'s host object: the `times`th in a row, shown at
-    /// `resource_version`, recorded by the decision `drift_id`, its correction due at `due`.
-    pub(in crate::tenant) fn drifted(
-        &self,
-        key: &Key,
-        times: u32,
-        resource_version: Option<&str>,
-        due: Option<Instant>,
-        drift_id: &str,
-    ) {
-        self.streaks.lock().expect("streaks lock").insert(
-            key.clone(),
-            Streak {
-                times,
-                last: Instant::now(),
-                resource_version: resource_version.map(str::to_string),
-                due,
-                drift_id: drift_id.to_string(),
-            },
-        );
-    }
-
-    /// The Drifted decision that last recorded a drift of `key`'s host object.
-    pub(in crate::tenant) fn streak_decision(&self, key: &Key) -> Option<String> {
-        let streaks = self.streaks.lock().expect("streaks lock");
-        streaks.get(key).map(|s| s.drift_id.clone())
-    }
-
-    /// Forgets the drift history of a key whose tenant object is gone.
-    pub(in crate::tenant) fn forget_drift(&self, key: &Key) {
-        self.streaks.lock().expect("streaks lock").remove(key);
     }
 }
 

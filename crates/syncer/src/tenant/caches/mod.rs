@@ -29,7 +29,7 @@ mod host_changes;
 mod own_writes;
 mod stored;
 
-pub(super) use host_changes::{Changed, Seen};
+pub(super) use host_changes::Changed;
 use own_writes::Recreation;
 pub(super) use own_writes::{OWN_WRITE_PATIENCE, OwnWrite};
 pub(super) use stored::{to_value, trim_host_object, trim_tenant_object, type_meta};
@@ -83,8 +83,6 @@ pub(super) struct Caches {
     fresh: Mutex<HashMap<(usize, String), Value>>,
     /// Host objects of ours deleted by someone else, until their key is decided.
     vanished: Mutex<HashSet<(usize, String)>>,
-    /// The drifts in a row of each key's host object.
-    streaks: Mutex<HashMap<Key, host_changes::Streak>>,
 }
 
 /// What the caches show of one key when its batch is gathered.
@@ -135,7 +133,6 @@ impl Caches {
             contents: Mutex::new(HashMap::new()),
             fresh: Mutex::new(HashMap::new()),
             vanished: Mutex::new(HashSet::new()),
-            streaks: Mutex::new(HashMap::new()),
         }
     }
 
