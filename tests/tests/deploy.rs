@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use serde_json::{Value, json};
-use tenantplane_e2e::{Env, create, delete, eventually, get, merge};
+use tenantplane_e2e::{Env, create, delete, eventually, get, list, merge};
 use tenantplane_local_apiserver::RecordedRequest;
 
 /// The services, by the name of their Dockerfile target (images and workloads are
@@ -697,6 +697,71 @@ async fn syncer_life(env: &Env, round: usize) {
     for w in &workloads {
         host_rev(w, "2").await;
     }
+    // Drift: a host object edited by hand is put back by a replace.
+    for w in &workloads {
+        let host_name = format!("{}-x-{ns}", str_of(w, "/metadata/name"));
+        let (av, kind) = (str_of(w, "/apiVersion"), str_of(w, "/kind"));
+        merge(
+            h,
+            av,
+            kind,
+            Some(&host_ns),
+            &host_name,
+            json!({"metadata": {"labels": {"rev": "by-hand"}}}),
+        )
+        .await
+        .expect("a hand edit on the host");
+    }
+    for w in &workloads {
+        host_rev(w, "2").await;
+    }
+    let compiled = [
+        ("v1", "Namespace", None),
+        (
+            "networking.k8s.io/v1",
+            "NetworkPolicy",
+            Some(host_ns.as_str()),
+        ),
+        ("v1", "ResourceQuota", Some(host_ns.as_str())),
+        ("v1", "LimitRange", Some(host_ns.as_str())),
+        (
+            "admissionregistration.k8s.io/v1",
+            "ValidatingAdmissionPolicy",
+            None,
+        ),
+        (
+            "admissionregistration.k8s.io/v1",
+            "ValidatingAdmissionPolicyBinding",
+            None,
+        ),
+    ];
+    let level = "tenantplane.io/isolation-level";
+    for (av, kind, namespace) in compiled {
+        let of_tenant = list(h, av, kind, namespace)
+            .await
+            .expect("compiled objects")
+            .into_iter()
+            .filter(|o| o["metadata"]["annotations"][level].is_string())
+            .filter(|o| o["metadata"]["labels"]["tenantplane.io/tenant"] == json!(tenant));
+        for o in of_tenant {
+            let name = str_of(&o, "/metadata/name").to_string();
+            merge(
+                h,
+                av,
+                kind,
+                namespace,
+                &name,
+                json!({"metadata": {"annotations": {level: "by-hand"}}}),
+            )
+            .await
+            .expect("a hand edit of a compiled object");
+            eventually(&format!("{kind} {name} as compiled again"), || async {
+                let o = get(h, av, kind, namespace, &name).await?;
+                (o["metadata"]["annotations"][level] != "by-hand").then_some(())
+            })
+            .await;
+        }
+    }
     delete(tc, "v1", "ConfigMap", Some(&ns), "cfg")
         .await
         .expect("tenant delete");
@@ -837,7 +902,7 @@ async fn the_syncer_rbac_grants_exactly_what_the_syncer_requests() {
         .find(|r| r.resources.iter().any(|x| x == "pods"))
         .expect("a rule for pods");
     pods.verbs.retain(|v| v != "watch");
-    pods.verbs.push("update".into());
+    pods.verbs.push("deletecollection".into());
     let (missing, unused) = compare(&drifted, &requests);
     assert!(
         missing
@@ -848,7 +913,7 @@ async fn the_syncer_rbac_grants_exactly_what_the_syncer_requests() {
     assert!(
         unused
             .iter()
-            .any(|g| g.verb == "update" && g.resource == "pods"),
+            .any(|g| g.verb == "deletecollection" && g.resource == "pods"),
         "{unused:?}"
     );
 }
