@@ -183,6 +183,103 @@ async fn a_compiled_isolation_object_traces_to_its_profile_fields_and_the_decisi
     assert!(out.contains("CompiledFromProfile"), "{out}");
 }
 
+/// A host object edited on the host and put back: `why` shows the drift (who changed which
+/// field) and the decision that corrected it, which is the one the object names.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drifted_host_object_shows_who_changed_it_and_the_correction() {
+    let world = World::start().await;
+    let (created, drifted, corrected) = (
+        "019ad5e2-7c10-7a3e-9f51-3b0c2f1e8a50",
+        "019ad5e2-7c10-7a3e-9f51-3b0c2f1e8a51",
+        "019ad5e2-7c10-7a3e-9f51-3b0c2f1e8a52",
+    );
+    let decision = |id: &str, outcome: &str, action: &str, reason: &str, drift| {
+        let mut d = json!({
+            "id": id, "time": "2026-12-04T10:00:00Z", "tenant": "acme",
+            "subject": {"apiVersion": "v1", "kind": "ConfigMap", "namespace": "shop",
+                        "name": "web", "uid": "u1", "resourceVersion": "5"},
+            "target": {"apiVersion": "v1", "kind": "ConfigMap", "namespace": "default",
+                       "name": "web-x-shop"},
+            "outcome": outcome, "action": action, "reason": reason, "message": reason,
+            "inputDigest": "sha256:00", "mappingVersion": "v2",
+            "component": "tenantplane-syncer", "componentVersion": "0.1.0",
+        });
+        if let Some(drift) = drift {
+            d["drift"] = drift;
+        }
+        serde_json::from_value::<tenantplane_core::decision::Decision>(d).unwrap()
+    };
+    let log = tenantplane_decision_log::open(
+        &world.dir.path().join("decisions.db").display().to_string(),
+    )
+    .await
+    .unwrap();
+    log.append_batch(vec![
+        decision(created, "Synced", "Create", "WorkloadKind", None),
+        decision(
+            drifted,
+            "Drifted",
+            "None",
+            "HostObjectEdited",
+            Some(json!({
+            "change": "Edited", "times": 1, "fields": [
+                {"path": "data.k", "change": "Changed",
+                 "by": {"manager": "kubectl-patch", "operation": "Update",
+                        "time": "2026-12-04T10:05:00Z"}},
+                {"path": "data.injected", "change": "Added",
+                 "by": {"manager": "kubectl-patch", "operation": "Update"}}]})),
+        ),
+        decision(
+            corrected,
+            "Synced",
+            "Update",
+            "HostEditReverted",
+            Some(json!({
+            "change": "Edited", "corrects": drifted, "times": 1})),
+        ),
+    ])
+    .await
+    .unwrap();
+    world
+        .create::<ConfigMap>(config_map(
+            "web-x-shop",
+            json!({"tenantplane.io/tenant": "acme", "tenantplane.io/managed": "true",
+                   "tenantplane.io/source-namespace": "shop", "tenantplane.io/source-uid": "u1"}),
+            json!({"tenantplane.io/source-kind": "ConfigMap", "tenantplane.io/source-name": "web",
+                   "tenantplane.io/source-api-version": "v1", "tenantplane.io/mapping-version": "v2",
+                   "tenantplane.io/decision-id": corrected}),
+        ))
+        .await;
+    let (code, out) = world.why(&["ConfigMap/default/web-x-shop"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains(&format!("Drifted         decision {drifted} (#2)")),
+        "{out}"
+    );
+    assert!(
+        out.contains("data.k changed by kubectl-patch (Update, 2026-12-04T10:05:00Z)"),
+        "{out}"
+    );
+    assert!(
+        out.contains("data.injected added by kubectl-patch (Update)"),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!(
+            "corrected by decision {corrected} (#3), HostEditReverted"
+        )),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!("Last changed by decision {corrected}")),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!("  corrects      drift decision {drifted}")),
+        "{out}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_references_get_specific_errors() {
     let world = World::start().await;

@@ -31,7 +31,7 @@ use serde::Serialize;
 use tenantplane_api::Tenant;
 use tenantplane_api::provenance;
 use tenantplane_core::CompiledPolicy;
-use tenantplane_core::decision::{Decision, HostAction};
+use tenantplane_core::decision::{Decision, HostAction, Outcome};
 use tenantplane_core::scope::{BuiltinKind, KindScope, KindScopes};
 use tenantplane_core::watch::{Fate, UnrecordedFate, Watches, discovered_scope};
 use tenantplane_decision_log::{Entry, Filter, ObjectFilter};
@@ -119,8 +119,23 @@ struct Explanation {
     /// out (a failed or refused write, a syncer stopped before it), newest first.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     not_carried_out: Vec<Entry>,
+    /// The Drifted decisions of its history (edited or deleted on the host by someone else),
+    /// newest first, each with the decision that corrected it when one did.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    drifts: Vec<Drifted>,
     /// What does not add up, e.g. a decision id on the object that the log does not have.
     problems: Vec<String>,
+}
+
+/// One drift of a host object and its correction.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Drifted {
+    /// The Drifted decision: what differed and who changed it.
+    drift: Entry,
+    /// The decision that corrected it (re-applied, re-created), if one did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    corrected_by: Option<Entry>,
 }
 
 #[derive(Debug, Serialize)]
@@ -281,6 +296,7 @@ async fn explain_tenant_object(
         unrecorded: None,
         decisions: history.len(),
         not_carried_out: closings(&history),
+        drifts: drifts(&history),
         last_changed_by: Some(latest),
         problems: Vec::new(),
     })
@@ -496,6 +512,7 @@ async fn explain_host_object(args: &Args, target: &ObjectRef) -> anyhow::Result<
     let history = log.query(&filter, HISTORY, true).await?;
     explanation.decisions = history.len();
     explanation.not_carried_out = closings(&history);
+    explanation.drifts = drifts(&history);
     let decision_id = mark(provenance::DECISION_ID);
     let last = if decision_id.is_empty() {
         explanation.problems.push(format!(
@@ -530,6 +547,27 @@ fn closings(history: &[Entry]) -> Vec<Entry> {
         .iter()
         .filter(|e| e.decision.closes.is_some())
         .cloned()
+        .collect()
+}
+
+/// The Drifted decisions of `history` (newest first), each with its correction.
+fn drifts(history: &[Entry]) -> Vec<Drifted> {
+    history
+        .iter()
+        .filter(|e| e.decision.outcome == Outcome::Drifted)
+        .map(|drift| Drifted {
+            corrected_by: history
+                .iter()
+                .find(|c| {
+                    c.decision
+                        .drift
+                        .as_ref()
+                        .and_then(|d| d.corrects.as_deref())
+                        == Some(drift.decision.id.as_str())
+                })
+                .cloned(),
+            drift: drift.clone(),
+        })
         .collect()
 }
 
@@ -694,6 +732,30 @@ fn render(e: &Explanation, trace_url: &TraceUrl) -> String {
             d.message
         ));
     }
+    for d in &e.drifts {
+        let drift = &d.drift.decision;
+        let times = drift.drift.as_ref().map_or(1, |x| x.times);
+        let fight = if times > 1 {
+            format!(", {times} times in a row")
+        } else {
+            String::new()
+        };
+        out.push_str(&format!(
+            "{:<16}decision {} (#{}) at {}: {}{fight}\n",
+            "Drifted", drift.id, d.drift.sequence, drift.time, drift.reason
+        ));
+        for field in drift.drift.iter().flat_map(|x| &x.fields) {
+            out.push_str(&format!("{:<16}{field}\n", ""));
+        }
+        let correction = match &d.corrected_by {
+            Some(c) => format!(
+                "corrected by decision {} (#{}), {}",
+                c.decision.id, c.sequence, c.decision.reason
+            ),
+            None => "not corrected (spec.drift: Record, or a tug of war holds it back)".into(),
+        };
+        out.push_str(&format!("{:<16}{correction}\n", ""));
+    }
     for p in &e.problems {
         out.push_str(&format!("{:<16}{p}\n", "PROBLEM"));
     }
@@ -742,6 +804,12 @@ fn render_decision(out: &mut String, label: &str, entry: &Entry, trace_url: &Tra
         );
     }
     line("  reason", format!("{}: {}", d.reason, d.message));
+    if let Some(corrects) = d.drift.as_ref().and_then(|x| x.corrects.as_ref()) {
+        line(
+            "  corrects",
+            format!("drift decision {corrects}: the host object had been changed on the host"),
+        );
+    }
     if let Some(closed) = &d.closes {
         line(
             "  closes",
