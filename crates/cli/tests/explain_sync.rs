@@ -425,3 +425,94 @@ fn a_custom_kind_synced_by_the_policy_is_planned_from_its_crd_or_its_scope_is_un
     );
     assert_eq!(out.status.code(), Some(1), "a bad CRD is an input error");
 }
+
+/// A host object tenantplane synced, exported with `kubectl get -o yaml` (no managedFields) after
+/// someone edited it: explain-sync shows the drift the syncer will find and correct; the same
+/// object as tenantplane left it shows none.
+#[test]
+fn a_host_object_edited_since_it_was_synced_is_predicted_drifted() {
+    use tenantplane_api::Tenant;
+    use tenantplane_core::planner::HostState;
+    use tenantplane_core::{CompiledPolicy, Planner, TenantObject};
+
+    let tenant_cm = serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "settings", "namespace": "shop", "uid": "u1"}, "data": {"mode": "fast"}});
+    let planner = Planner::new(
+        &Tenant::new("demo", Default::default()),
+        CompiledPolicy::builtin_default(),
+    );
+    let object = TenantObject::from_value(tenant_cm.clone()).unwrap();
+    let plan = planner.plan(&object, &HostState::default());
+    let synced = planner
+        .translate(
+            &object,
+            &plan,
+            &HostState::default().in_namespace("tenant-demo"),
+        )
+        .unwrap()
+        .object;
+    let mut edited = synced.clone();
+    edited["data"]["mode"] = "slow".into();
+    edited["data"]["debug"] = "true".into();
+
+    let dir = tempfile::tempdir().unwrap();
+    let (input, host) = (dir.path().join("cm.json"), dir.path().join("host.json"));
+    std::fs::write(&input, tenant_cm.to_string()).unwrap();
+    let run = |host_object: &serde_json::Value, output: &str| {
+        std::fs::write(&host, host_object.to_string()).unwrap();
+        let out = tenantplane(
+            &[
+                "explain-sync",
+                input.to_str().unwrap(),
+                "--host",
+                host.to_str().unwrap(),
+                "-o",
+                output,
+                "--fail-on",
+                "none",
+            ],
+            None,
+        );
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let first = |text: String| -> serde_json::Value {
+        serde_json::from_str::<serde_json::Value>(&text).unwrap()[0].clone()
+    };
+    let json = first(run(&edited, "json"));
+    let decision = &json["decision"];
+    assert_eq!(decision["outcome"], "Drifted", "{json}");
+    assert_eq!(
+        decision["action"], "Update",
+        "corrected under the default Revert: {json}"
+    );
+    assert_eq!(decision["reason"], "HostObjectEdited");
+    assert_eq!(
+        decision["drift"]["fields"],
+        serde_json::json!([{"change": "Changed", "path": "data.mode"},
+                           {"change": "Added", "path": "data.debug"}]),
+        "{json}"
+    );
+    let table = run(&edited, "table");
+    assert!(
+        table.contains("update   Drifted") && table.contains("HostObjectEdited"),
+        "{table}"
+    );
+    let yaml = run(&edited, "yaml");
+    assert!(
+        yaml.contains(
+            "data.mode changed (by whom is not known: the object came without managedFields)"
+        ),
+        "the message says what differs: {yaml}"
+    );
+    let json = first(run(&synced, "json"));
+    assert_eq!(
+        json["decision"]["outcome"], "Synced",
+        "as tenantplane left it: {json}"
+    );
+    assert!(json["decision"].get("drift").is_none(), "{json}");
+}

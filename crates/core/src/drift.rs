@@ -31,6 +31,11 @@ use serde_json::{Map, Value};
 use k8s_openapi::jiff::Timestamp;
 
 use crate::translate;
+use tenantplane_api::tenant::DriftPolicy;
+
+/// The field manager of every write tenantplane's syncer makes: a field it owns in an object's
+/// `managedFields` is one it set.
+pub const FIELD_MANAGER: &str = "tenantplane-syncer";
 
 /// What happened to a managed host object.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -136,6 +141,25 @@ impl Drift {
             fields.join("; ")
         )
     }
+
+    /// The message of the Drifted decision: what happened, what is done about it under
+    /// `policy`, and a tug of war when it is one.
+    pub fn message(&self, policy: DriftPolicy) -> String {
+        let next = match policy {
+            DriftPolicy::Revert => "corrected next, by a decision of its own",
+            DriftPolicy::Record => "left as it is (spec.drift: Record)",
+        };
+        let fight = if self.times > 1 {
+            format!(
+                "; drifted {} times in a row: something keeps changing what tenantplane sets, \
+                 corrections back off",
+                self.times
+            )
+        } else {
+            String::new()
+        };
+        format!("{}; {next}{fight}", self.describe())
+    }
 }
 
 impl fmt::Display for DriftedField {
@@ -156,6 +180,12 @@ impl fmt::Display for DriftedField {
             }
             None if self.change == FieldChange::Removed => {
                 write!(f, " (the host records no manager for a removal)")
+            }
+            None if self.change == FieldChange::Changed => {
+                write!(
+                    f,
+                    " (by whom is not known: the object came without managedFields)"
+                )
             }
             None => Ok(()),
         }
@@ -400,6 +430,9 @@ pub fn detect(desired: &Value, live: &Value, ours: &str) -> Option<Drift> {
     let kind = desired.get("kind").and_then(Value::as_str).unwrap_or("");
     let desired = updatable(desired);
     let others = owners(live, ours);
+    // An object read without its managedFields (`kubectl get -o yaml` hides them) says nobody's
+    // ownership: a value that differs is drift, by an unknown hand.
+    let attributed = live.pointer("/metadata/managedFields").is_some();
     let writer = |path: &[Step]| {
         others
             .iter()
@@ -413,7 +446,9 @@ pub fn detect(desired: &Value, live: &Value, ours: &str) -> Option<Drift> {
         let path = in_live(&desired, live, &path);
         let change = match at(live, &path) {
             None => FieldChange::Removed,
-            Some(have) if have != want && writer(&path).is_some() => FieldChange::Changed,
+            Some(have) if have != want && (writer(&path).is_some() || !attributed) => {
+                FieldChange::Changed
+            }
             Some(_) => continue,
         };
         provenance |= matches!(&path[..], [Step::Key(m), _, Step::Key(k)]

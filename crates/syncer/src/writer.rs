@@ -28,7 +28,7 @@ use crate::ratelimit::RateLimiter;
 use crate::trace;
 
 /// Field manager of every write.
-pub const FIELD_MANAGER: &str = "tenantplane-syncer";
+pub use tenantplane_core::drift::FIELD_MANAGER;
 
 /// A write to one object.
 #[derive(Clone, Debug, PartialEq)]

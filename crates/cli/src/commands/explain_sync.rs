@@ -18,22 +18,25 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use serde::Serialize;
-use tenantplane_api::{IsolationProfile, Tenant};
+use tenantplane_api::tenant::DriftPolicy;
+use tenantplane_api::{IsolationProfile, Tenant, provenance};
 use tenantplane_client::{ClientConfig, PlannerClient};
 use tenantplane_core::boundary::Boundary;
-use tenantplane_core::collision::HostObjectMeta;
+use tenantplane_core::collision::{Collision, HostObjectMeta};
 use tenantplane_core::decision::{HostAction, Stamp};
 use tenantplane_core::documents::{self, Document, DocumentError, Reader};
+use tenantplane_core::drift::{self, Drift};
 use tenantplane_core::planner::{HeldPlans, HostState, SharedNames};
 use tenantplane_core::pod_world::{self, PodWorld, TenantService, TenantServices, TenantWorld};
 use tenantplane_core::reference::{REFERENCEABLE_KINDS, Reference};
-use tenantplane_core::scope;
 use tenantplane_core::watch::{UnrecordedFate, Watches};
 use tenantplane_core::{
     AtApply, CompiledPolicy, Decision, Outcome, Plan, Planner, SourceIdentity, TenantAdmission,
     TenantObject,
 };
+use tenantplane_core::{scope, translate};
 
+use crate::host_cluster::HostContent;
 use crate::input::{self, OutputFormat};
 use crate::{host_cluster, kind_scopes};
 
@@ -224,14 +227,14 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         discovery,
     ))?;
     let watches = Watches::new(planner.policy(), scopes);
-    let host = match &args.host_kubeconfig {
+    let (host, content) = match &args.host_kubeconfig {
         Some(kubeconfig) => runtime.block_on(host_cluster::read(
             kubeconfig,
             args.host_context.as_deref(),
             planner.host_namespace(),
             &kinds,
         ))?,
-        None => read_host_state(&args.host)?,
+        None => read_host_state(&args.host, planner.host_namespace())?,
     };
     let host_addresses = match &args.host_kubeconfig {
         Some(kubeconfig) => runtime.block_on(host_cluster::service_addresses(
@@ -261,6 +264,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         planner: &planner,
         watches: &watches,
         host: &host,
+        content: (&content, tenant.spec.drift),
         admission: &admission,
         shared: &shared,
         output: args.output,
@@ -366,6 +370,9 @@ struct Explainer<'a> {
     planner: &'a Planner,
     watches: &'a Watches<'a>,
     host: &'a HostState,
+    /// The content of tenantplane's host objects, where known, and what the Tenant does about
+    /// their drift.
+    content: (&'a HostContent, DriftPolicy),
     admission: &'a TenantAdmission,
     shared: &'a SharedNames,
     output: OutputFormat,
@@ -421,10 +428,13 @@ impl Explainer<'_> {
         }
         let (mut plan, references) = self.planner.plan_and_references(&object, self.host);
         let pod = self.pod_world(&object, &mut plan);
+        let drift = self.drift(&object, &mut plan);
         // The table shows no decision record (id, time, input digest): only the other outputs
         // make one.
-        let decision = (self.output != OutputFormat::Table)
-            .then(|| plan.to_decision(self.planner.tenant(), &object, Stamp::now(COMPONENT)));
+        let decision = (self.output != OutputFormat::Table).then(|| Decision {
+            drift,
+            ..plan.to_decision(self.planner.tenant(), &object, Stamp::now(COMPONENT))
+        });
         if self.shared.holds(&plan, &references) {
             return Explanation::Held(Box::new(Held {
                 origin,
@@ -462,6 +472,35 @@ impl Explainer<'_> {
             )),
             None => Row::planned_cells(&object.identity, &plan, at_apply, pod.as_ref()),
         })
+    }
+
+    /// For an object whose host object is tenantplane's and known whole (`--host` documents,
+    /// `--host-kubeconfig` but for Secrets), and records the digest of what the object produces
+    /// (nothing changed on the tenant side since it was synced): the
+    /// drift of the host object from it, as the syncer finds it ([`drift::detect`]). The plan
+    /// then says Drifted, and the update that corrects it under `Revert`.
+    fn drift(&self, object: &TenantObject, plan: &mut Plan) -> Option<Drift> {
+        let (content, policy) = self.content;
+        if plan.outcome != Outcome::Synced || plan.collision != Some(Collision::UpdateOwn) {
+            return None;
+        }
+        let live = content.get(&plan.placement.kind, &plan.placement.name)?;
+        let host = self.host.in_namespace(&plan.placement.namespace);
+        let desired = self.planner.translate(object, plan, &host).ok()?;
+        if translate::recorded_digest(live) != Some(desired.digest.as_str()) {
+            // The tenant object changed since (or the host object predates digests): the update
+            // is the sync, not a correction.
+            return None;
+        }
+        let found = drift::detect(&desired.object, live, drift::FIELD_MANAGER)?;
+        plan.outcome = Outcome::Drifted;
+        plan.action = match policy {
+            DriftPolicy::Revert => HostAction::Update,
+            DriftPolicy::Record => HostAction::None,
+        };
+        plan.reason = found.change.reason().into();
+        plan.message = found.message(policy);
+        Some(found)
     }
 
     /// For a pod whose host pod the plan creates: its world, which the plan's message says as the
@@ -663,9 +702,11 @@ async fn explain_remote(
         .with_context(|| format!("planning on the planner at {address}"))?;
     let mut planned = planned.into_iter().zip(&valid).map(|(mut p, object)| {
         let pod = explainer.pod_world(object, &mut p.plan);
-        if pod.is_some() {
+        let drift = explainer.drift(object, &mut p.plan);
+        if pod.is_some() || drift.is_some() {
             p.plan.restate(&mut p.decision);
         }
+        p.decision.drift = drift;
         let at_apply = explainer.admission.at_apply(object, &p.plan);
         (
             Planned {
@@ -866,15 +907,19 @@ impl TenantServices for PodInputs<'_> {
     }
 }
 
-fn read_host_state(paths: &[PathBuf]) -> anyhow::Result<HostState> {
+fn read_host_state(paths: &[PathBuf], namespace: &str) -> anyhow::Result<(HostState, HostContent)> {
     let mut host = HostState::default();
+    let mut content = HostContent::default();
     for (origin, value) in input::read_documents(paths)? {
         let value = value.map_err(|e| anyhow::anyhow!("host object {origin}: {}", e.problem))?;
         let meta = HostObjectMeta::from_value(&value)
             .map_err(|e| anyhow::anyhow!("host object {origin}: {e}"))?;
+        if meta.namespace == namespace && meta.labels.contains_key(provenance::TENANT) {
+            content.insert(meta.kind.clone(), meta.name.clone(), value);
+        }
         host.insert(meta);
     }
-    Ok(host)
+    Ok((host, content))
 }
 
 /// The outcomes (and `error`, `notwatched`, `unknownscope`) that make explain-sync exit with
@@ -1315,10 +1360,12 @@ mod tests {
         let host = HostState::default();
         let world = TenantWorld::of(&default_tenant(), None);
         let services = PodInputs::new(Vec::new(), HashMap::new(), &planner, true);
+        let content = HostContent::default();
         let explainer = Explainer {
             planner: &planner,
             watches: &watches,
             host: &host,
+            content: (&content, DriftPolicy::Revert),
             admission: &admission,
             shared: &shared,
             output: OutputFormat::Json,

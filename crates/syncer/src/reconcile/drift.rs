@@ -55,20 +55,7 @@ pub fn drifted_decision(
     policy: DriftPolicy,
 ) -> Decision {
     drift.times = streak + 1;
-    let next = match policy {
-        DriftPolicy::Revert => "corrected next, by a decision of its own",
-        DriftPolicy::Record => "left as it is (spec.drift: Record)",
-    };
-    let fight = if drift.times > 1 {
-        format!(
-            "; drifted {} times in a row: something keeps changing what tenantplane sets, \
-             corrections back off",
-            drift.times
-        )
-    } else {
-        String::new()
-    };
-    decision.message = format!("{}; {next}{fight}", drift.describe());
+    decision.message = drift.message(policy);
     decision.outcome = Outcome::Drifted;
     decision.action = HostAction::None;
     decision.reason = drift.change.reason().into();
