@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use tenantplane_core::decision::{Decision, HostAction, Outcome};
 use tenantplane_core::drift::{DriftChange, FieldChange};
 use tenantplane_e2e::{
-    Env, all_decisions, create, delete, eventually, get, resource, tenant_status,
+    Env, all_decisions, create, delete, events_regarding, eventually, get, resource, tenant_status,
 };
 
 /// Merge-patches a host object as the field manager `manager` (a person's kubectl, a controller).
@@ -152,6 +152,21 @@ async fn host_edits_and_deletes_are_drift_recorded_with_who_did_it_and_corrected
         (Outcome::Synced, HostAction::Update)
     );
     assert_eq!(correction.reason, "HostEditReverted");
+    let event = eventually("a Warning Event on the host ConfigMap", || async {
+        events_regarding(&env.host.client, &host_ns, &cm)
+            .await
+            .into_iter()
+            .find(|e| e["reason"] == "HostObjectEdited")
+    })
+    .await;
+    assert_eq!(event["type"], "Warning");
+    assert!(
+        event["note"]
+            .as_str()
+            .unwrap()
+            .contains("data.k changed by kubectl-patch"),
+        "{event}"
+    );
     let reverted = eventually("the host ConfigMap as the tenant has it", || async {
         host("ConfigMap", cm.clone())
             .await

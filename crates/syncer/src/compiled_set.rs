@@ -254,6 +254,14 @@ impl CompiledSet<'_> {
                 self.recorder
                     .record(&key, &decision, input, None, self.started)
                     .await?;
+                if let Some(target) = &decision.target {
+                    let uid = corrected
+                        .pointer("/metadata/uid")
+                        .and_then(Value::as_str)
+                        .map(str::to_string);
+                    let client = api.clone().into_client();
+                    crate::record::report_on_object(client, target, uid, &decision);
+                }
                 decision.id.clone()
             }
             (_, last) => last.unwrap_or_else(|| decision.id.clone()),

@@ -29,7 +29,7 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::jiff::Timestamp;
 use kube::Client;
 use kube::runtime::events::{Event, EventType, Reporter};
-use tenantplane_core::decision::{Decision, Outcome};
+use tenantplane_core::decision::{Decision, HostTarget, Outcome};
 use tokio::sync::mpsc;
 
 use crate::metrics::SyncMetrics;
@@ -232,22 +232,8 @@ impl DecisionRecorder {
             "decision"
         );
         if let (Some(reference), Some(events)) = (regarding, &self.events) {
-            let event = Event {
-                type_: if decision.outcome.warns() {
-                    EventType::Warning
-                } else {
-                    EventType::Normal
-                },
-                reason: truncate(&decision.reason, 128),
-                note: Some(truncate(
-                    &format!("{} (decision {})", decision.message, decision.id),
-                    1000,
-                )),
-                action: decision.outcome.to_string(),
-                secondary: None,
-            };
             // A full channel waits: events are not dropped, they slow the syncer down instead.
-            let _ = events.send((reference, event)).await;
+            let _ = events.send((reference, event_of(decision))).await;
         }
         Ok(recorded)
     }
@@ -287,7 +273,51 @@ impl DecisionRecorder {
     }
 }
 
-/// Creates an `events.k8s.io/v1` Event about a tenant object. Unlike kube's recorder, nothing is
+/// The Event that reports `decision`.
+fn event_of(decision: &Decision) -> Event {
+    Event {
+        type_: if decision.outcome.warns() {
+            EventType::Warning
+        } else {
+            EventType::Normal
+        },
+        reason: truncate(&decision.reason, 128),
+        note: Some(truncate(
+            &format!("{} (decision {})", decision.message, decision.id),
+            1000,
+        )),
+        action: decision.outcome.to_string(),
+        secondary: None,
+    }
+}
+
+/// Reports `decision` (a drift) with an Event on the object it is about in the cluster of
+/// `client`, `target` (whose uid, when known, is `uid`): whoever looks at the object with
+/// `kubectl describe` sees that it was changed behind tenantplane's back and what was done.
+/// Published in a task of its own; a failure is logged.
+pub fn report_on_object(
+    client: Client,
+    target: &HostTarget,
+    uid: Option<String>,
+    decision: &Decision,
+) {
+    let reference = ObjectReference {
+        api_version: Some(target.api_version.clone()),
+        kind: Some(target.kind.clone()),
+        namespace: Some(target.namespace.clone()).filter(|ns| !ns.is_empty()),
+        name: Some(target.name.clone()),
+        uid,
+        ..Default::default()
+    };
+    let event = event_of(decision);
+    tokio::spawn(async move {
+        if let Err(e) = publish_uncached(client, &event, &reference).await {
+            tracing::debug!(error = %e, "publishing an event on a drifted object failed");
+        }
+    });
+}
+
+/// Creates an `events.k8s.io/v1` Event about an object (a tenant object, a drifted one). Unlike kube's recorder, nothing is
 /// cached: repeated identical decisions are already not re-recorded (see the module docs), and a
 /// cache of one Event per tenant object would cost memory in proportion to the tenant's objects.
 async fn publish_uncached(

@@ -15,7 +15,7 @@ use tracing::Instrument as _;
 use super::caches::{Changed, LiveView};
 use super::{Key, Worker};
 use crate::reconcile::{self, Step};
-use crate::record::{COMPONENT, reference_of};
+use crate::record::{self, COMPONENT, reference_of};
 use crate::tenant_status::Seen;
 use crate::trace;
 
@@ -64,6 +64,16 @@ impl Worker {
                 {
                     self.keep_watching(key, change);
                     return;
+                }
+                if let Some(target) = &step.decision.target {
+                    let uid = match &change {
+                        Changed::Written(v) => v
+                            .pointer("/metadata/uid")
+                            .and_then(Value::as_str)
+                            .map(str::to_string),
+                        _ => None,
+                    };
+                    record::report_on_object(self.shared.host.clone(), target, uid, &step.decision);
                 }
                 step.decision.id.clone()
             }
