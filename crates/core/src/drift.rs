@@ -388,9 +388,7 @@ fn owned(fields: &Map<String, Value>, live: Option<&Value>, path: &mut Path, out
         };
         path.push(step);
         match sub.as_object() {
-            Some(inner) if !inner.is_empty() && !(inner.len() == 1 && inner.contains_key(".")) => {
-                owned(inner, child, path, out)
-            }
+            Some(inner) if inner.keys().any(|k| k != ".") => owned(inner, child, path, out),
             _ => out.push(path.clone()),
         }
         path.pop();
