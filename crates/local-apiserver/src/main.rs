@@ -6,6 +6,16 @@
 //!
 //! [`process::main`]: tenantplane_local_apiserver::process::main
 
-fn main() -> anyhow::Result<()> {
-    tenantplane_local_apiserver::process::main()
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    match tenantplane_local_apiserver::process::main() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            // The error and its causes on one line, last in the log (`up` shows the log's tail),
+            // never buried under a backtrace when RUST_BACKTRACE is set.
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
 }
