@@ -15,11 +15,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use futures::StreamExt;
-use k8s_openapi::api::admissionregistration::v1::{
-    ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
-};
-use k8s_openapi::api::core::v1::{LimitRange, Namespace, ResourceQuota, Secret};
-use k8s_openapi::api::networking::v1::NetworkPolicy;
+use k8s_openapi::api::core::v1::{Namespace, Secret};
 use kube::api::{Api, PostParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::{self, ObjectRef};
@@ -42,6 +38,7 @@ use crate::tenant_admission;
 use crate::tenant_status::TenantLedger;
 
 mod cleanup;
+mod compiled_watches;
 mod runtimes;
 
 use cleanup::cleanup;
@@ -123,7 +120,7 @@ async fn run_controller(ctx: Arc<Context>) {
     let controller = Controller::for_stream(changes, store.clone());
     let by_profile = store.clone();
     let by_policy = store.clone();
-    controller
+    compiled_watches::watch_compiled_objects(controller, &host)
         .watches(
             Api::<IsolationProfile>::all(host.clone()),
             watcher::Config::default(),
@@ -136,28 +133,6 @@ async fn run_controller(ctx: Arc<Context>) {
                     .map(|t| ObjectRef::from_obj(&*t))
                     .collect::<Vec<_>>()
             },
-        )
-        .watches(
-            compiled::<NetworkPolicy>(&host),
-            compiled_objects(),
-            tenant_of,
-        )
-        .watches(
-            compiled::<ResourceQuota>(&host),
-            compiled_objects(),
-            tenant_of,
-        )
-        .watches(compiled::<LimitRange>(&host), compiled_objects(), tenant_of)
-        .watches(compiled::<Namespace>(&host), compiled_objects(), tenant_of)
-        .watches(
-            compiled::<ValidatingAdmissionPolicy>(&host),
-            compiled_objects(),
-            tenant_of,
-        )
-        .watches(
-            compiled::<ValidatingAdmissionPolicyBinding>(&host),
-            compiled_objects(),
-            tenant_of,
         )
         .watches(
             Api::<SyncPolicy>::all(host.clone()),
@@ -179,32 +154,6 @@ async fn run_controller(ctx: Arc<Context>) {
             }
         })
         .await;
-}
-
-/// The host API of a kind the isolation compiler produces, across namespaces.
-fn compiled<K>(host: &Client) -> Api<K>
-where
-    K: kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
-{
-    Api::all(host.clone())
-}
-
-/// The compiled isolation objects of every Tenant: managed by tenantplane and synced from no
-/// tenant object. One watch per kind for all Tenants.
-fn compiled_objects() -> watcher::Config {
-    watcher::Config::default().labels(&format!(
-        "{}=true,!{}",
-        provenance::MANAGED,
-        provenance::SOURCE_UID
-    ))
-}
-
-/// The Tenant a compiled object belongs to.
-fn tenant_of<K: kube::Resource>(object: K) -> Option<ObjectRef<Tenant>> {
-    object
-        .labels()
-        .get(provenance::TENANT)
-        .map(|tenant| ObjectRef::new(tenant))
 }
 
 /// What a reconcile reads from the Tenant object itself: which Tenant (a recreated one is new),
