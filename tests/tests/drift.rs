@@ -435,6 +435,36 @@ async fn a_fighting_controller_is_one_tug_of_war_and_record_mode_leaves_the_edit
     )
     .await;
     condition("False").await;
+
+    // Under Record, a host object deleted by hand stays deleted, recorded once.
+    let before = decisions_about(&url, &recorded, "cfg").await.len();
+    delete(&env.host.client, "v1", "ConfigMap", Some(&host_ns), &cm)
+        .await
+        .unwrap();
+    eventually("a HostObjectDeleted drift under Record", || async {
+        decisions_about(&url, &recorded, "cfg")
+            .await
+            .split_off(before)
+            .into_iter()
+            .find(|d| d.outcome == Outcome::Drifted && d.reason == "HostObjectDeleted")
+    })
+    .await;
+    condition("True").await;
+    // A change of the tenant object is what brings it back: the next sync creates it.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(
+        get(&env.host.client, "v1", "ConfigMap", Some(&host_ns), &cm)
+            .await
+            .is_none(),
+        "Record leaves the host object deleted"
+    );
+    let deleted_drifts = decisions_about(&url, &recorded, "cfg")
+        .await
+        .split_off(before)
+        .into_iter()
+        .filter(|d| d.reason == "HostObjectDeleted")
+        .count();
+    assert_eq!(deleted_drifts, 1, "the delete is recorded once");
     let _ = delete(&env.tenant_cp.client, "v1", "ConfigMap", Some(&ns), "cfg").await;
 }
 

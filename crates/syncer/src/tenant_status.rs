@@ -55,7 +55,8 @@ struct Streak {
     times: u32,
     /// When the last was seen.
     last: Instant,
-    /// The resourceVersion of the host object that showed the last (none for a delete).
+    /// The resourceVersion of the host object that showed the last (for a delete, what names
+    /// the deleted object).
     resource_version: Option<String>,
     /// Its correction is held back until then.
     due: Option<Instant>,
@@ -217,7 +218,8 @@ impl TenantLedger {
     }
 
     /// What was seen before of the drift of the host object of `key` that the host object at
-    /// `resource_version` shows (`None`: a delete, never seen before).
+    /// `resource_version` shows (for a delete, what names the deleted object; `None`: nothing
+    /// identifies it, never seen before).
     pub fn drift_seen(&self, key: &str, resource_version: Option<&str>) -> Seen {
         let s = self.lock();
         match s.streaks.get(key) {

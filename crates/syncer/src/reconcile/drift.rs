@@ -5,7 +5,7 @@
 //!
 //! ```text
 //!  host event (not this syncer's write) ──▶ HostChange::Changed(the object as the host sent it)
-//!  host delete (not this syncer's)      ──▶ HostChange::Deleted
+//!  host delete (not this syncer's)      ──▶ HostChange::Deleted(the digest it recorded)
 //!        │
 //!        ▼  reconcile_present, when the tenant object is unchanged since tenantplane set the host object
 //!  drift::detect ──▶ Drifted decision (who, what, when; times in a row)
@@ -29,8 +29,9 @@ pub enum HostChange<'a> {
     Unseen,
     /// Written by another hand: the object as the host sent it, managedFields and all.
     Changed(&'a Value),
-    /// Deleted by someone else while its source still wants it.
-    Deleted,
+    /// Deleted by someone else while its source still wants it; with the desired digest the
+    /// deleted object recorded (what the tenant object produced then).
+    Deleted(Option<&'a str>),
 }
 
 /// The Drifted decision taking the place of `step` (the decision and write that would correct

@@ -184,7 +184,12 @@ pub fn reconcile_present(
                 {
                     tenantplane_core::drift::detect(&d.object, full, FIELD_MANAGER)
                 }
-                HostChange::Deleted if host.is_none() => Some(Drift::deleted()),
+                // Unless the tenant object changed since: its create is the sync.
+                HostChange::Deleted(deleted)
+                    if host.is_none() && deleted.is_none_or(|r| r == d.digest) =>
+                {
+                    Some(Drift::deleted())
+                }
                 _ => None,
             };
             let world = live.world.filter(|_| plan.action == HostAction::Create);

@@ -22,13 +22,16 @@ use crate::trace;
 /// Drifts in a row corrected at once; from the next one on, corrections back off.
 const CORRECTED_AT_ONCE: u32 = 2;
 
-/// The resourceVersion of the host object that showed a drift (none for a delete).
-pub(super) fn version_of(change: &Changed) -> Option<&str> {
+/// What identifies the host object that showed a drift, so that the same drift seen again is
+/// not counted again: its resourceVersion, or for a delete the deleted object's uid.
+pub(super) fn version_of(change: &Changed) -> Option<String> {
     match change {
         Changed::Written(v) => v
             .pointer("/metadata/resourceVersion")
-            .and_then(Value::as_str),
-        _ => None,
+            .and_then(Value::as_str)
+            .map(str::to_string),
+        Changed::Deleted(vanished) => Some(format!("deleted {}", vanished.uid)),
+        Changed::Nothing => None,
     }
 }
 
@@ -50,7 +53,7 @@ impl Worker {
         let content = reconcile::observed_digest(&object.object);
         let regarding = || Some(reference_of(&object.object));
         let times = step.decision.drift.as_ref().map_or(1, |d| d.times);
-        let version = version_of(&change).map(str::to_string);
+        let version = version_of(&change);
         let drift_id = match (seen.same, seen.drift_id) {
             (true, Some(id)) => id,
             _ if times <= CORRECTED_AT_ONCE + 1 || times.is_power_of_two() => {
@@ -146,11 +149,10 @@ impl Worker {
         .await;
     }
 
-    /// Keeps the host object that showed a drift for the key's next decision.
+    /// Keeps what showed a drift (the host object as the host sent it, or its delete) for the
+    /// key's next decision.
     fn keep_watching(&self, key: &Key, change: Changed) {
-        if let Changed::Written(fresh) = change {
-            self.caches.keep_host_change(key, fresh);
-        }
+        self.caches.keep_host_change(key, change);
     }
 
     /// How long the correction of the `times`th drift in a row waits: nothing for the first

@@ -253,14 +253,16 @@ impl Worker {
         };
         let world = (Some(key.kind) == self.caches.pod_kind).then(|| self.pod_world(object));
         let change = self.caches.take_host_change(key);
-        let seen = self
-            .recorder
-            .ledger()
-            .drift_seen(&self.caches.key_string(key), drift::version_of(&change));
+        let seen = self.recorder.ledger().drift_seen(
+            &self.caches.key_string(key),
+            drift::version_of(&change).as_deref(),
+        );
         let host_change = match &change {
             Changed::Nothing => reconcile::HostChange::Unseen,
             Changed::Written(v) => reconcile::HostChange::Changed(v),
-            Changed::Deleted => reconcile::HostChange::Deleted,
+            Changed::Deleted(vanished) => {
+                reconcile::HostChange::Deleted(vanished.digest.as_deref())
+            }
         };
         let step = self.decide(
             key,

@@ -17,10 +17,20 @@ use kube::ResourceExt as _;
 use kube::api::DynamicObject;
 use serde_json::Value;
 use tenantplane_api::provenance;
+use tenantplane_core::translate::DESIRED_DIGEST;
 
 use super::{Caches, to_value};
 use crate::tenant::Key;
 use crate::writer::FIELD_MANAGER;
+
+/// A host object of ours that someone else deleted.
+#[derive(Debug, Clone)]
+pub(in crate::tenant) struct Vanished {
+    /// Its uid.
+    pub(in crate::tenant) uid: String,
+    /// The desired digest it recorded: what its tenant object produced then.
+    pub(in crate::tenant) digest: Option<String>,
+}
 
 /// What the host shows of one host object since the key's last decision.
 #[derive(Debug)]
@@ -30,7 +40,7 @@ pub(in crate::tenant) enum Changed {
     /// Written by someone else: the object as the host sent it.
     Written(Value),
     /// Deleted by someone else.
-    Deleted,
+    Deleted(Vanished),
 }
 
 impl Caches {
@@ -88,7 +98,14 @@ impl Caches {
                 .get(&at)
                 .is_some_and(|w| w.deletes(obj.uid().as_deref()));
         if !ours {
-            self.vanished.lock().expect("vanished lock").insert(at);
+            let vanished = Vanished {
+                uid: obj.uid().unwrap_or_default(),
+                digest: obj.annotations().get(DESIRED_DIGEST).cloned(),
+            };
+            self.vanished
+                .lock()
+                .expect("vanished lock")
+                .insert(at, vanished);
         }
     }
 
@@ -97,15 +114,19 @@ impl Caches {
     pub(in crate::tenant) fn host_changed(&self, key: &Key) -> bool {
         let at = (key.kind, self.host_name_of(key));
         self.fresh.lock().expect("fresh lock").contains_key(&at)
-            || self.vanished.lock().expect("vanished lock").contains(&at)
+            || self
+                .vanished
+                .lock()
+                .expect("vanished lock")
+                .contains_key(&at)
     }
 
     /// Takes what the host shows of `key`'s host object since its last decision. An object kept
     /// whole that the store has since moved past (this syncer wrote after it) is dropped.
     pub(in crate::tenant) fn take_host_change(&self, key: &Key) -> Changed {
         let at = (key.kind, self.host_name_of(key));
-        if self.vanished.lock().expect("vanished lock").remove(&at) {
-            return Changed::Deleted;
+        if let Some(vanished) = self.vanished.lock().expect("vanished lock").remove(&at) {
+            return Changed::Deleted(vanished);
         }
         let Some(fresh) = self.fresh.lock().expect("fresh lock").remove(&at) else {
             return Changed::Nothing;
@@ -118,14 +139,29 @@ impl Caches {
         }
     }
 
-    /// Keeps a host change taken for a decision whose correction is held back, for the next.
-    pub(in crate::tenant) fn keep_host_change(&self, key: &Key, fresh: Value) {
+    /// Keeps a host change taken for a decision whose correction is held back (or not made),
+    /// for the next: unless the host has shown something newer since.
+    pub(in crate::tenant) fn keep_host_change(&self, key: &Key, change: Changed) {
         let at = (key.kind, self.host_name_of(key));
-        self.fresh
-            .lock()
-            .expect("fresh lock")
-            .entry(at)
-            .or_insert(fresh);
+        match change {
+            Changed::Nothing => {}
+            Changed::Written(fresh) => {
+                self.fresh
+                    .lock()
+                    .expect("fresh lock")
+                    .entry(at)
+                    .or_insert(fresh);
+            }
+            Changed::Deleted(vanished) => {
+                if self.host_cached(key.kind, &at.1).is_none() {
+                    self.vanished
+                        .lock()
+                        .expect("vanished lock")
+                        .entry(at)
+                        .or_insert(vanished);
+                }
+            }
+        }
     }
 }
 

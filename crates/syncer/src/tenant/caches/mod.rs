@@ -82,7 +82,7 @@ pub(super) struct Caches {
     /// host sent them, until their key is decided.
     fresh: Mutex<HashMap<(usize, String), Value>>,
     /// Host objects of ours deleted by someone else, until their key is decided.
-    vanished: Mutex<HashSet<(usize, String)>>,
+    vanished: Mutex<HashMap<(usize, String), host_changes::Vanished>>,
 }
 
 /// What the caches show of one key when its batch is gathered.
@@ -132,7 +132,7 @@ impl Caches {
             in_place: Mutex::new(HashMap::new()),
             contents: Mutex::new(HashMap::new()),
             fresh: Mutex::new(HashMap::new()),
-            vanished: Mutex::new(HashSet::new()),
+            vanished: Mutex::new(HashMap::new()),
         }
     }
 
