@@ -568,4 +568,42 @@ async fn a_hand_edit_of_a_compiled_network_policy_is_drift_and_is_reverted() {
             .filter(|np| np["spec"]["policyTypes"] == types)
     })
     .await;
+
+    // Someone deletes it: drift too, and it is created again.
+    let before = about_it().await.len();
+    let uid = get(h, netpol, "NetworkPolicy", Some(&host_ns), name)
+        .await
+        .unwrap()["metadata"]["uid"]
+        .clone();
+    delete(h, netpol, "NetworkPolicy", Some(&host_ns), name)
+        .await
+        .unwrap();
+    let (drifted, correction) = eventually("the deleted NetworkPolicy, re-created", || async {
+        let later = about_it().await.split_off(before);
+        let drifted = later
+            .iter()
+            .find(|d| d.reason == "HostObjectDeleted")?
+            .clone();
+        let correction = later
+            .iter()
+            .find(|d| {
+                d.drift
+                    .as_ref()
+                    .is_some_and(|x| x.corrects.as_deref() == Some(drifted.id.as_str()))
+            })?
+            .clone();
+        Some((drifted, correction))
+    })
+    .await;
+    assert_eq!(drifted.outcome, Outcome::Drifted);
+    assert_eq!(
+        (correction.action, correction.reason.as_str()),
+        (HostAction::Create, "HostObjectRecreated")
+    );
+    eventually("the NetworkPolicy back", || async {
+        get(h, netpol, "NetworkPolicy", Some(&host_ns), name)
+            .await
+            .filter(|np| np["metadata"]["uid"] != uid)
+    })
+    .await;
 }

@@ -149,10 +149,22 @@ impl CompiledSet<'_> {
                         result.unchanged += 1;
                     }
                     Some(found) => {
-                        let corrected = drift::corrected(&object, held);
+                        let corrected = Write::Replace(drift::corrected(&object, held));
                         drifts.push((target, c.api, c.origin, found, corrected));
                     }
                 }
+                continue;
+            }
+            // Gone, though the last this process recorded of it is that it was applied (or
+            // drifted): deleted by someone else.
+            let applied_before = self
+                .recorder
+                .ledger()
+                .last_outcome(&self.source.key_of(&target))
+                .is_some_and(|o| matches!(o, Outcome::Synced | Outcome::Drifted));
+            if c.held.is_none() && applied_before {
+                let found = drift::Drift::deleted();
+                drifts.push((target, c.api, c.origin, found, Write::Create(object)));
                 continue;
             }
             writes.push(ObjectWrite {
@@ -218,31 +230,44 @@ impl CompiledSet<'_> {
         Ok(result)
     }
 
-    /// An object of the set in place by its digest whose fields tenantplane sets someone else
-    /// changed (`found`): a Drifted decision (the first in a row, the third and then every power
-    /// of two of a tug of war), then under `Revert` the correction, `corrected` replacing the
-    /// object, unless a tug of war holds it back (the next reconcile of the Tenant after it is
-    /// due makes it). Returns whether it was corrected.
+    /// An object of the set that someone else changed where tenantplane sets it (in place by
+    /// its digest) or deleted (`found`): a Drifted decision (the first in a row, the third and
+    /// then every power of two of a tug of war), then under `Revert` the correction,
+    /// `correction` (the object replaced, or created again), unless a tug of war holds it back
+    /// (the next reconcile of the Tenant after it is due makes it). Returns whether it was
+    /// corrected.
     async fn drifted(
         &self,
         target: ObjectRef,
         api: Api<DynamicObject>,
         origin: Origin,
         found: drift::Drift,
-        corrected: Value,
+        correction: Write,
     ) -> anyhow::Result<bool> {
         let key = self.source.key_of(&target);
         let ledger = self.recorder.ledger();
-        let version = corrected
-            .pointer("/metadata/resourceVersion")
-            .and_then(Value::as_str)
-            .map(str::to_string);
+        // What names the drift, so that the same one is not counted twice: the edited object's
+        // resourceVersion; a delete, until the object is there again.
+        let live = match &correction {
+            Write::Replace(object) => Some(object.clone()),
+            _ => None,
+        };
+        let field = |path: &str| {
+            live.as_ref()
+                .and_then(|o| o.pointer(path))
+                .and_then(Value::as_str)
+                .map(str::to_string)
+        };
+        let version = match live {
+            Some(_) => field("/metadata/resourceVersion"),
+            None => Some("deleted".to_string()),
+        };
         let seen = ledger.drift_seen(&key, version.as_deref());
         let span = tracing::Span::current();
         let base = self.source.decision(
             Some(&target),
             &origin,
-            &Verdict::applied(true, "HostObjectEdited", String::new()),
+            &Verdict::applied(live.is_some(), "HostObjectEdited", String::new()),
             trace::stamp_in(&span, COMPONENT),
         );
         let decision = reconcile::drift::drifted_decision(base, found, seen.times, self.drift);
@@ -255,11 +280,8 @@ impl CompiledSet<'_> {
                     .record(&key, &decision, input, None, self.started)
                     .await?;
                 if let Some(target) = &decision.target {
-                    let uid = corrected
-                        .pointer("/metadata/uid")
-                        .and_then(Value::as_str)
-                        .map(str::to_string);
                     let client = api.clone().into_client();
+                    let uid = field("/metadata/uid");
                     crate::record::report_on_object(client, target, uid, &decision);
                 }
                 decision.id.clone()
@@ -278,20 +300,22 @@ impl CompiledSet<'_> {
             return Ok(false);
         }
         let span = trace::follow_up_span(&decision);
-        let (correction, write) = reconcile::drift::correction(
+        let (corrected, write) = reconcile::drift::correction(
             &decision,
             &drift_id,
-            Write::Replace(corrected),
+            correction,
             trace::stamp_in(&span, COMPONENT),
         );
         let w = ObjectWrite {
             target,
             api,
             origin,
-            verdict: Verdict::applied(true, "HostEditReverted", correction.message.clone()),
+            verdict: Verdict::applied(live.is_some(), "DriftCorrected", corrected.message.clone()),
             write,
         };
-        self.write(&w, &correction).instrument(span).await?;
+        self.write(&w, &corrected).instrument(span).await?;
+        // Corrected: the next drift is a new one, whatever names it.
+        ledger.drifted(&key, times, None, None, &drift_id);
         Ok(true)
     }
 

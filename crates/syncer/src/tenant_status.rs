@@ -191,6 +191,14 @@ impl TenantLedger {
         );
     }
 
+    /// The outcome of the last decision this process recorded about `key`.
+    pub fn last_outcome(&self, key: &str) -> Option<Outcome> {
+        self.lock()
+            .last_recorded
+            .get(key)
+            .map(|(outcome, _, _)| *outcome)
+    }
+
     /// Whether this process has decided about `key` before.
     pub fn seen(&self, key: &str) -> bool {
         self.lock().last_recorded.contains_key(key)
