@@ -7,8 +7,9 @@
 //! cluster.
 //!
 //! Every [`Decision`] the syncer takes is formed here: about a tenant object (this module), about
-//! a compiled set's objects ([`compiled`]), about what cannot be decided yet ([`deferred`]), about
-//! a pod's token Secret ([`tokens`]), and the decisions closing one whose host write was not made
+//! a host object someone else edited or deleted and its correction ([`drift`]), about a compiled
+//! set's objects ([`compiled`]), about what cannot be decided yet ([`deferred`]), about a pod's
+//! token Secret ([`tokens`]), and the decisions closing one whose host write was not made
 //! ([`failure`]: the host refused or failed it, the host object changed since, or the syncer
 //! stopped first).
 //!
@@ -17,22 +18,22 @@
 //!        │                                  │ collision::check(live host object)   (re-run here:
 //!        │                                  ▼                                        the live object wins
 //!        └──translate::to_host──▶ desired ──digest == host's digest? ──▶ Unchanged    over the planner's view)
+//!                                           │     └─ but the host changed it behind our back ─▶ Drifted (drift)
 //!                                           └─ otherwise ─▶ Create / Apply, decision id in the write
 //!  tenant object gone ──host provenance says it is ours──▶ Delete
 //! ```
 
 use serde_json::{Value, json};
+use tenantplane_api::tenant::DriftPolicy;
 use tenantplane_api::{SyncAction, provenance};
 use tenantplane_core::collision::{self, Collision, ConflictCause, HostObjectMeta};
 use tenantplane_core::decision::{Decision, HostAction, HostTarget, Outcome, Stamp, Subject};
+use tenantplane_core::drift::{Drift, DriftChange};
 use tenantplane_core::mapping::{self, TenantPlacement};
 use tenantplane_core::pod_world::PodWorld;
 use tenantplane_core::reference::HostObjects;
 use tenantplane_core::translate::{self, HostDesired};
 use tenantplane_core::{Plan, Planner, SourceIdentity, TenantObject};
-
-use tenantplane_api::tenant::DriftPolicy;
-use tenantplane_core::drift::{Drift, DriftChange};
 
 use crate::writer::{FIELD_MANAGER, Write};
 pub use drift::HostChange;
