@@ -500,15 +500,7 @@ pub fn detect(desired: &Value, live: &Value, ours: &str) -> Option<Drift> {
 /// was changed by another manager. A host object that names another source in provenance
 /// tenantplane wrote is not this one's.
 pub fn provenance_removed(desired: &Value, live: &Value, ours: &str) -> bool {
-    let written_by_us = live
-        .pointer("/metadata/managedFields")
-        .and_then(Value::as_array)
-        .is_some_and(|entries| {
-            entries
-                .iter()
-                .any(|e| e.get("manager").and_then(Value::as_str) == Some(ours))
-        });
-    if !written_by_us {
+    if !written_by(live, ours) {
         return false;
     }
     let others = owners(live, ours);
@@ -535,6 +527,17 @@ pub fn provenance_removed(desired: &Value, live: &Value, ours: &str) -> bool {
                     || others.iter().any(|o| o.owns(&path))
             })
     })
+}
+
+/// Whether the field manager `manager` has written `live`, as its managedFields say.
+pub fn written_by(live: &Value, manager: &str) -> bool {
+    live.pointer("/metadata/managedFields")
+        .and_then(Value::as_array)
+        .is_some_and(|entries| {
+            entries
+                .iter()
+                .any(|e| e.get("manager").and_then(Value::as_str) == Some(manager))
+        })
 }
 
 /// The host object a correction writes: `live` with every field tenantplane sets as `desired`

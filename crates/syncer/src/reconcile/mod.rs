@@ -178,10 +178,14 @@ pub fn reconcile_present(
             let recorded = host.and_then(translate::recorded_digest);
             let unchanged = recorded.is_some_and(|recorded| recorded == d.digest);
             // Drift is what differs from what tenantplane last set: only when the tenant object
-            // still asks for it (or the digest tenantplane set went with the edit).
+            // still asks for it (or the digest tenantplane set went with the edit: an object
+            // without one that tenantplane never wrote, e.g. an older syncer's, is just synced).
             drift = match live.change {
                 HostChange::Changed(full)
-                    if host.is_some() && (unchanged || recorded.is_none()) =>
+                    if host.is_some()
+                        && (unchanged
+                            || recorded.is_none()
+                                && tenantplane_core::drift::written_by(full, FIELD_MANAGER)) =>
                 {
                     tenantplane_core::drift::detect(&d.object, full, FIELD_MANAGER)
                 }

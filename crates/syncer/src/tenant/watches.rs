@@ -52,7 +52,9 @@ pub(super) fn spawn(
             });
             while let Some(event) = events.next().await {
                 match event {
-                    Ok(obj) => w.tenant_event(index, &obj),
+                    Ok(Touched::Applied(obj) | Touched::Deleted(obj)) => {
+                        w.tenant_event(index, &obj)
+                    }
                     Err(e) => {
                         tracing::warn!(tenant = %w.caches.placement.tenant, error = %e, "tenant watch")
                     }
@@ -69,18 +71,19 @@ pub(super) fn spawn(
                 trim_host_object(&types, obj)
             });
             while let Some(event) = events.next().await {
-                match event {
-                    Ok(obj) => {
-                        if w.caches.host_cached(index, &obj.name_any()).is_none() {
-                            w.caches.note_host_deleted(index, &obj);
-                        }
-                        if let Some(key) = w.caches.key_of_host_event(index, &obj) {
-                            w.queue.push(key);
-                        }
+                let obj = match event {
+                    Ok(Touched::Applied(obj)) => obj,
+                    Ok(Touched::Deleted(obj)) => {
+                        w.caches.note_host_deleted(index, &obj);
+                        obj
                     }
                     Err(e) => {
-                        tracing::warn!(tenant = %w.caches.placement.tenant, error = %e, "host watch")
+                        tracing::warn!(tenant = %w.caches.placement.tenant, error = %e, "host watch");
+                        continue;
                     }
+                };
+                if let Some(key) = w.caches.key_of_host_event(index, &obj) {
+                    w.queue.push(key);
                 }
             }
         }));
@@ -92,7 +95,7 @@ pub(super) fn spawn(
             let mut events = stored(api, writer, move |obj| trim_host_object(&types, obj));
             while let Some(event) = events.next().await {
                 match event {
-                    Ok(obj) => {
+                    Ok(Touched::Applied(obj) | Touched::Deleted(obj)) => {
                         if let Some(key) = w.caches.pod_of_token_secret(&ar, &obj) {
                             w.queue.push(key);
                         }
@@ -108,17 +111,37 @@ pub(super) fn spawn(
     tasks
 }
 
+/// An object a watch touched, once its store shows it.
+enum Touched {
+    /// Created or changed (or listed).
+    Applied(DynamicObject),
+    /// Deleted. (A store's relist after a broken watch drops the objects deleted meanwhile
+    /// without such an event.)
+    Deleted(DynamicObject),
+}
+
 /// The objects a watch of `api` touches, each `trim`med and then kept in the store of `writer`.
+/// (The store is swapped in whole when a list completes: until then, a listed object is not in
+/// it, which is why a delete is told by its event, never by the store's absence.)
 fn stored(
     api: Api<DynamicObject>,
     writer: Writer<DynamicObject>,
     trim: impl FnMut(&mut DynamicObject) + Send + 'static,
-) -> BoxStream<'static, Result<DynamicObject, watcher::Error>> {
+) -> BoxStream<'static, Result<Touched, watcher::Error>> {
     watcher(api, watcher::Config::default())
         .default_backoff()
         .modify(trim)
         .reflect(writer)
-        .touched_objects()
+        .filter_map(|event| {
+            futures::future::ready(match event {
+                Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)) => {
+                    Some(Ok(Touched::Applied(o)))
+                }
+                Ok(watcher::Event::Delete(o)) => Some(Ok(Touched::Deleted(o))),
+                Ok(watcher::Event::Init | watcher::Event::InitDone) => None,
+                Err(e) => Some(Err(e)),
+            })
+        })
         .boxed()
 }
 

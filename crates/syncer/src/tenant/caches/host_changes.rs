@@ -12,6 +12,7 @@
 
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
+use std::time::Duration;
 
 use kube::ResourceExt as _;
 use kube::api::DynamicObject;
@@ -22,6 +23,10 @@ use tenantplane_core::translate::DESIRED_DIGEST;
 use super::{Caches, to_value};
 use crate::tenant::Key;
 use crate::writer::FIELD_MANAGER;
+
+/// How long this syncer remembers a delete of its own, for telling it from someone else's when
+/// its watch event comes.
+const OWN_DELETE_MEMORY: Duration = Duration::from_secs(60);
 
 /// A host object of ours that someone else deleted.
 #[derive(Debug, Clone)]
@@ -77,8 +82,8 @@ impl Caches {
         }
     }
 
-    /// A host object of synced kind `index` left the store: deleted, by someone else unless this
-    /// syncer deleted it (or is deleting at its name).
+    /// A host object of synced kind `index` was deleted (its watch event): by someone else unless
+    /// this syncer deleted it (or is deleting at its name).
     pub(in crate::tenant) fn note_host_deleted(&self, index: usize, obj: &DynamicObject) {
         let at = (index, obj.name_any());
         self.contents.lock().expect("contents lock").remove(&at);
@@ -91,12 +96,7 @@ impl Caches {
             .lock()
             .expect("writes in flight lock")
             .contains(&at)
-            || self
-                .own_writes
-                .lock()
-                .expect("own writes lock")
-                .get(&at)
-                .is_some_and(|w| w.deletes(obj.uid().as_deref()));
+            || self.own_delete(obj.uid().as_deref());
         if !ours {
             let vanished = Vanished {
                 uid: obj.uid().unwrap_or_default(),
@@ -107,6 +107,14 @@ impl Caches {
                 .expect("vanished lock")
                 .insert(at, vanished);
         }
+    }
+
+    /// Whether this syncer deleted the object with `uid` (lately: what it remembers of its
+    /// deletes lasts a minute).
+    fn own_delete(&self, uid: Option<&str>) -> bool {
+        let mut deletes = self.own_deletes.lock().expect("own deletes lock");
+        deletes.retain(|_, at| at.elapsed() < OWN_DELETE_MEMORY);
+        uid.is_some_and(|uid| deletes.remove(uid).is_some())
     }
 
     /// Whether the host shows a change of `key`'s host object by someone else, not yet decided

@@ -65,6 +65,9 @@ pub(super) struct Caches {
     sharing: Mutex<HashMap<(usize, String), BTreeSet<SourceName>>>,
     /// Host writes not yet shown by the host watch, by (kind, host name).
     own_writes: Mutex<HashMap<(usize, String), OwnWrite>>,
+    /// The uids of the host objects this syncer deleted lately, with when: a delete's watch event
+    /// is not drift ([`host_changes`]).
+    own_deletes: Mutex<HashMap<String, std::time::Instant>>,
     /// Host writes whose call has not returned, by (kind, host name): another key mapped to the
     /// same host name (a collision) is not decided on the state they are changing.
     writes_in_flight: Mutex<HashSet<(usize, String)>>,
@@ -128,6 +131,7 @@ impl Caches {
             sharing: Mutex::new(HashMap::new()),
             own_writes: Mutex::new(HashMap::new()),
             writes_in_flight: Mutex::new(HashSet::new()),
+            own_deletes: Mutex::new(HashMap::new()),
             recreations: Mutex::new(HashMap::new()),
             in_place: Mutex::new(HashMap::new()),
             contents: Mutex::new(HashMap::new()),

@@ -52,9 +52,9 @@ impl OwnWrite {
         self.resource_version.is_some() && self.resource_version.as_deref() == resource_version
     }
 
-    /// Whether this is the delete of the object with `uid`.
-    pub(in crate::tenant) fn deletes(&self, uid: Option<&str>) -> bool {
-        self.resource_version.is_none() && Some(self.uid.as_str()) == uid
+    /// The uid of the object this write deleted, if it is a delete.
+    fn deleted_uid(&self) -> Option<&str> {
+        self.resource_version.is_none().then_some(self.uid.as_str())
     }
 
     /// Whether the host store, whose object at the name is `cached`, is still to show this
@@ -160,6 +160,14 @@ impl Caches {
 
     /// The host write at `at` returned; `written`: what it wrote, until the host store shows it.
     pub(in crate::tenant) fn write_done(&self, at: (usize, String), written: Option<OwnWrite>) {
+        if let Some(uid) = written.as_ref().and_then(OwnWrite::deleted_uid) {
+            // Kept apart: the own-write rules forget a delete once the store shows it, which
+            // may be before the watch event of the delete reaches the drift check.
+            self.own_deletes
+                .lock()
+                .expect("own deletes lock")
+                .insert(uid.to_string(), Instant::now());
+        }
         if let Some(w) = written {
             self.own_writes
                 .lock()
