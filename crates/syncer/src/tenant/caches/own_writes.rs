@@ -169,6 +169,18 @@ impl Caches {
                 .insert(uid.to_string(), Instant::now());
         }
         if let Some(w) = written {
+            // The watch event of this very write may have come first, while it was in flight:
+            // it is no change by another hand.
+            let mut fresh = self.fresh.lock().expect("fresh lock");
+            if fresh.get(&at).is_some_and(|f| {
+                w.wrote(
+                    f.pointer("/metadata/resourceVersion")
+                        .and_then(Value::as_str),
+                )
+            }) {
+                fresh.remove(&at);
+            }
+            drop(fresh);
             self.own_writes
                 .lock()
                 .expect("own writes lock")
