@@ -28,10 +28,36 @@ async fn patch_as(env: &Env, manager: &str, host_ns: &str, kind: &str, name: &st
         .unwrap_or_else(|e| panic!("patching {kind} {host_ns}/{name} as {manager}: {e}"));
 }
 
-/// A run with a decision log of its own.
-async fn env_with_log(dir: &tempfile::TempDir) -> (Env, String) {
-    let url = format!("sqlite:{}", dir.path().join("decisions.db").display());
-    (Env::start_with_log(Some(url.clone())).await.unwrap(), url)
+/// A run: its Env, whose syncer records into a decision log of its own (at `url`), kept in
+/// `_dir`.
+struct Run {
+    env: Env,
+    url: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Run {
+    async fn start() -> Run {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite:{}", dir.path().join("decisions.db").display());
+        let env = Env::start_with_log(Some(url.clone())).await.unwrap();
+        Run {
+            env,
+            url,
+            _dir: dir,
+        }
+    }
+
+    /// A tenant namespace `base` and a SyncPolicy (the default) that syncs only it.
+    async fn namespace_and_policy(&self, base: &str) -> (String, String) {
+        let ns = self.env.tenant_namespace(base).await.unwrap();
+        let policy = self
+            .env
+            .default_policy_in(&format!("{base}-policy"), std::slice::from_ref(&ns), false)
+            .await
+            .unwrap();
+        (ns, policy)
+    }
 }
 
 /// The decisions of `tenant` about the tenant object `name`, oldest first.
@@ -74,13 +100,9 @@ async fn drifted_and_corrected(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn host_edits_and_deletes_are_drift_recorded_with_who_did_it_and_corrected() {
-    let dir = tempfile::tempdir().unwrap();
-    let (env, url) = env_with_log(&dir).await;
-    let ns = env.tenant_namespace("drift").await.unwrap();
-    let policy = env
-        .default_policy_in("drift-policy", std::slice::from_ref(&ns), false)
-        .await
-        .unwrap();
+    let run = Run::start().await;
+    let (env, url) = (&run.env, run.url.as_str());
+    let (ns, policy) = run.namespace_and_policy("drift").await;
     let t = env
         .create_tenant_with("drift", json!({"syncPolicyRef": policy}))
         .await
@@ -275,13 +297,9 @@ async fn host_edits_and_deletes_are_drift_recorded_with_who_did_it_and_corrected
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fighting_controller_is_one_tug_of_war_and_record_mode_leaves_the_edit() {
-    let dir = tempfile::tempdir().unwrap();
-    let (env, url) = env_with_log(&dir).await;
-    let ns = env.tenant_namespace("tug").await.unwrap();
-    let policy = env
-        .default_policy_in("tug-policy", std::slice::from_ref(&ns), false)
-        .await
-        .unwrap();
+    let run = Run::start().await;
+    let (env, url) = (&run.env, run.url.as_str());
+    let (ns, policy) = run.namespace_and_policy("tug").await;
     let fought = env
         .create_tenant_with("tug", json!({"syncPolicyRef": policy}))
         .await
@@ -470,8 +488,8 @@ async fn a_fighting_controller_is_one_tug_of_war_and_record_mode_leaves_the_edit
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hand_edit_of_a_compiled_network_policy_is_drift_and_is_reverted() {
-    let dir = tempfile::tempdir().unwrap();
-    let (env, url) = env_with_log(&dir).await;
+    let run = Run::start().await;
+    let (env, url) = (&run.env, run.url.as_str());
     let h = &env.host.client;
     let profile = env.name("drift-fence");
     create(
