@@ -135,9 +135,9 @@ async fn host_edits_and_deletes_are_drift_recorded_with_who_did_it_and_corrected
     .await;
 
     // A person changes a value tenantplane sets and adds a key to the tenant's data.
-    let before = decisions_about(&url, &t, "cfg").await.len();
+    let before = decisions_about(url, &t, "cfg").await.len();
     patch_as(
-        &env,
+        env,
         "kubectl-patch",
         &host_ns,
         "ConfigMap",
@@ -146,7 +146,7 @@ async fn host_edits_and_deletes_are_drift_recorded_with_who_did_it_and_corrected
     )
     .await;
     let (drifted, correction) =
-        drifted_and_corrected(&url, &t, "cfg", "HostObjectEdited", before).await;
+        drifted_and_corrected(url, &t, "cfg", "HostObjectEdited", before).await;
     let drift = drifted.drift.as_ref().unwrap();
     assert_eq!(drift.change, DriftChange::Edited);
     let fields: Vec<(&str, FieldChange, Option<&str>)> = drift
@@ -204,7 +204,7 @@ async fn host_edits_and_deletes_are_drift_recorded_with_who_did_it_and_corrected
     // Another field manager adds a label tenantplane does not set: its own business. Then a
     // person removes the tenant label tenantplane set: provenance drift, and only that.
     patch_as(
-        &env,
+        env,
         "label-bot",
         &host_ns,
         "ConfigMap",
@@ -212,9 +212,9 @@ async fn host_edits_and_deletes_are_drift_recorded_with_who_did_it_and_corrected
         json!({"metadata": {"labels": {"team": "payments"}}}),
     )
     .await;
-    let before = decisions_about(&url, &t, "cfg").await.len();
+    let before = decisions_about(url, &t, "cfg").await.len();
     patch_as(
-        &env,
+        env,
         "kubectl-label",
         &host_ns,
         "ConfigMap",
@@ -223,7 +223,7 @@ async fn host_edits_and_deletes_are_drift_recorded_with_who_did_it_and_corrected
     )
     .await;
     let (drifted, correction) =
-        drifted_and_corrected(&url, &t, "cfg", "HostProvenanceRemoved", before).await;
+        drifted_and_corrected(url, &t, "cfg", "HostProvenanceRemoved", before).await;
     let paths: Vec<String> = drifted
         .drift
         .as_ref()
@@ -248,14 +248,14 @@ async fn host_edits_and_deletes_are_drift_recorded_with_who_did_it_and_corrected
         restored["metadata"]["labels"]["team"], "payments",
         "another's label stays"
     );
-    let all = decisions_about(&url, &t, "cfg").await;
+    let all = decisions_about(url, &t, "cfg").await;
     assert!(
         !all.iter().any(|d| d.message.contains("team")),
         "no decision took the label another manager added for drift"
     );
 
     // A person deletes the host ServiceAccount: drift, then re-created by a decision that says so.
-    let before = decisions_about(&url, &t, "robot").await.len();
+    let before = decisions_about(url, &t, "robot").await.len();
     delete(
         &env.host.client,
         "v1",
@@ -266,7 +266,7 @@ async fn host_edits_and_deletes_are_drift_recorded_with_who_did_it_and_corrected
     .await
     .unwrap();
     let (drifted, correction) =
-        drifted_and_corrected(&url, &t, "robot", "HostObjectDeleted", before).await;
+        drifted_and_corrected(url, &t, "robot", "HostObjectDeleted", before).await;
     assert_eq!(drifted.drift.as_ref().unwrap().change, DriftChange::Deleted);
     assert_eq!(
         (correction.action, correction.reason.as_str()),
@@ -278,7 +278,7 @@ async fn host_edits_and_deletes_are_drift_recorded_with_who_did_it_and_corrected
             .filter(|v| v["metadata"]["uid"] != first_sa["metadata"]["uid"])
     })
     .await;
-    let robot: Vec<(Outcome, String, String)> = decisions_about(&url, &t, "robot")
+    let robot: Vec<(Outcome, String, String)> = decisions_about(url, &t, "robot")
         .await
         .into_iter()
         .map(|d| (d.outcome, d.reason, d.id))
@@ -289,7 +289,7 @@ async fn host_edits_and_deletes_are_drift_recorded_with_who_did_it_and_corrected
         "{robot:?}\n{again}"
     );
     eventually("the Tenant counting its drifts", || async {
-        let s = tenant_status(&env, &t).await;
+        let s = tenant_status(env, &t).await;
         (s["counts"]["drifted"].as_u64().unwrap_or(0) >= 3).then_some(())
     })
     .await;
@@ -326,13 +326,13 @@ async fn a_fighting_controller_is_one_tug_of_war_and_record_mode_leaves_the_edit
 
     // A controller that sets data.k back whenever it is not its value, for six seconds.
     let host_ns = format!("tenant-{fought}");
-    let before = decisions_about(&url, &fought, "cfg").await.len();
+    let before = decisions_about(url, &fought, "cfg").await.len();
     let fight_until = std::time::Instant::now() + Duration::from_secs(6);
     while std::time::Instant::now() < fight_until {
         let live = get(&env.host.client, "v1", "ConfigMap", Some(&host_ns), &cm).await;
         if live.is_some_and(|v| v["data"]["k"] != "fight") {
             patch_as(
-                &env,
+                env,
                 "fighter",
                 &host_ns,
                 "ConfigMap",
@@ -352,9 +352,7 @@ async fn a_fighting_controller_is_one_tug_of_war_and_record_mode_leaves_the_edit
         },
     )
     .await;
-    let fight = decisions_about(&url, &fought, "cfg")
-        .await
-        .split_off(before);
+    let fight = decisions_about(url, &fought, "cfg").await.split_off(before);
     let drifts: Vec<&Decision> = fight
         .iter()
         .filter(|d| d.outcome == Outcome::Drifted)
@@ -390,9 +388,9 @@ async fn a_fighting_controller_is_one_tug_of_war_and_record_mode_leaves_the_edit
     // Record: the edit stays, the Tenant says it has drifted, and says so no more once the host
     // object holds what tenantplane set again.
     let host_ns = format!("tenant-{recorded}");
-    let before = decisions_about(&url, &recorded, "cfg").await.len();
+    let before = decisions_about(url, &recorded, "cfg").await.len();
     patch_as(
-        &env,
+        env,
         "break-glass",
         &host_ns,
         "ConfigMap",
@@ -401,7 +399,7 @@ async fn a_fighting_controller_is_one_tug_of_war_and_record_mode_leaves_the_edit
     )
     .await;
     let drifted = eventually("a Drifted decision under Record", || async {
-        decisions_about(&url, &recorded, "cfg")
+        decisions_about(url, &recorded, "cfg")
             .await
             .split_off(before)
             .into_iter()
@@ -437,14 +435,14 @@ async fn a_fighting_controller_is_one_tug_of_war_and_record_mode_leaves_the_edit
         "Record leaves the host object as edited"
     );
     assert!(
-        !decisions_about(&url, &recorded, "cfg")
+        !decisions_about(url, &recorded, "cfg")
             .await
             .iter()
             .any(|d| d.drift.as_ref().is_some_and(|x| x.corrects.is_some())),
         "nothing corrected under Record"
     );
     patch_as(
-        &env,
+        env,
         "break-glass",
         &host_ns,
         "ConfigMap",
@@ -455,12 +453,12 @@ async fn a_fighting_controller_is_one_tug_of_war_and_record_mode_leaves_the_edit
     condition("False").await;
 
     // Under Record, a host object deleted by hand stays deleted, recorded once.
-    let before = decisions_about(&url, &recorded, "cfg").await.len();
+    let before = decisions_about(url, &recorded, "cfg").await.len();
     delete(&env.host.client, "v1", "ConfigMap", Some(&host_ns), &cm)
         .await
         .unwrap();
     eventually("a HostObjectDeleted drift under Record", || async {
-        decisions_about(&url, &recorded, "cfg")
+        decisions_about(url, &recorded, "cfg")
             .await
             .split_off(before)
             .into_iter()
@@ -476,7 +474,7 @@ async fn a_fighting_controller_is_one_tug_of_war_and_record_mode_leaves_the_edit
             .is_none(),
         "Record leaves the host object deleted"
     );
-    let deleted_drifts = decisions_about(&url, &recorded, "cfg")
+    let deleted_drifts = decisions_about(url, &recorded, "cfg")
         .await
         .split_off(before)
         .into_iter()
@@ -522,7 +520,7 @@ async fn a_hand_edit_of_a_compiled_network_policy_is_drift_and_is_reverted() {
 
     // Someone lets egress out by hand.
     let about_it = || async {
-        decisions_about(&url, &t, &profile)
+        decisions_about(url, &t, &profile)
             .await
             .into_iter()
             .filter(|d| d.target.as_ref().is_some_and(|x| x.name == name))
