@@ -83,19 +83,23 @@ async fn drifted_and_corrected(
         &format!("a {reason} drift of {name}, corrected"),
         || async {
             let all = decisions_about(url, tenant, name).await;
-            let later = all.get(after..)?;
-            let drifted = later
-                .iter()
-                .find(|d| d.outcome == Outcome::Drifted && d.reason == reason)?;
-            let correction = later.iter().find(|d| {
-                d.drift
-                    .as_ref()
-                    .is_some_and(|x| x.corrects.as_deref() == Some(drifted.id.as_str()))
-            })?;
-            Some((drifted.clone(), correction.clone()))
+            drift_and_correction(all.get(after..)?, reason)
         },
     )
     .await
+}
+
+/// Among `decisions`, the Drifted one with `reason` and the decision that corrects it.
+fn drift_and_correction(decisions: &[Decision], reason: &str) -> Option<(Decision, Decision)> {
+    let drifted = decisions
+        .iter()
+        .find(|d| d.outcome == Outcome::Drifted && d.reason == reason)?;
+    let correction = decisions.iter().find(|d| {
+        d.drift
+            .as_ref()
+            .is_some_and(|x| x.corrects.as_deref() == Some(drifted.id.as_str()))
+    })?;
+    Some((drifted.clone(), correction.clone()))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -542,22 +546,7 @@ async fn a_hand_edit_of_a_compiled_network_policy_is_drift_and_is_reverted() {
     .unwrap();
     let (drifted, correction) = eventually(
         "the edit of the compiled NetworkPolicy, reverted",
-        || async {
-            let later = about_it().await.split_off(before);
-            let drifted = later
-                .iter()
-                .find(|d| d.outcome == Outcome::Drifted)?
-                .clone();
-            let correction = later
-                .iter()
-                .find(|d| {
-                    d.drift
-                        .as_ref()
-                        .is_some_and(|x| x.corrects.as_deref() == Some(drifted.id.as_str()))
-                })?
-                .clone();
-            Some((drifted, correction))
-        },
+        || async { drift_and_correction(&about_it().await[before..], "HostObjectEdited") },
     )
     .await;
     let fields: Vec<String> = drifted
@@ -595,20 +584,7 @@ async fn a_hand_edit_of_a_compiled_network_policy_is_drift_and_is_reverted() {
         .await
         .unwrap();
     let (drifted, correction) = eventually("the deleted NetworkPolicy, re-created", || async {
-        let later = about_it().await.split_off(before);
-        let drifted = later
-            .iter()
-            .find(|d| d.reason == "HostObjectDeleted")?
-            .clone();
-        let correction = later
-            .iter()
-            .find(|d| {
-                d.drift
-                    .as_ref()
-                    .is_some_and(|x| x.corrects.as_deref() == Some(drifted.id.as_str()))
-            })?
-            .clone();
-        Some((drifted, correction))
+        drift_and_correction(&about_it().await[before..], "HostObjectDeleted")
     })
     .await;
     assert_eq!(drifted.outcome, Outcome::Drifted);
