@@ -599,3 +599,108 @@ async fn a_hand_edit_of_a_compiled_network_policy_is_drift_and_is_reverted() {
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pods_token_secret_edited_or_deleted_on_the_host_is_drift_and_gets_new_tokens() {
+    let run = Run::start().await;
+    let (env, url) = (&run.env, run.url.as_str());
+    let (ns, policy) = run.namespace_and_policy("tokens").await;
+    let t = env
+        .create_tenant_with("tokens", json!({"syncPolicyRef": policy}))
+        .await
+        .unwrap();
+    let host_ns = format!("tenant-{t}");
+    let c = &env.tenant_cp.client;
+    create(
+        c,
+        json!({"apiVersion": "v1", "kind": "ServiceAccount",
+        "metadata": {"name": "robot", "namespace": ns}}),
+    )
+    .await
+    .unwrap();
+    create(
+        c,
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "app", "namespace": ns},
+        "spec": {"serviceAccountName": "robot",
+                 "containers": [{"name": "app", "image": "registry.example/app:1"}]}}),
+    )
+    .await
+    .unwrap();
+    let name = format!("app-x-{ns}.sa-token");
+    let secret = || {
+        let (client, host_ns, name) = (env.host.client.clone(), host_ns.clone(), name.clone());
+        async move { get(&client, "v1", "Secret", Some(&host_ns), &name).await }
+    };
+    let first = eventually("the pod's token Secret", secret).await;
+    let token = first["data"]["token"].as_str().unwrap().to_string();
+
+    // A person puts a token of their own into it: drift, by them; new tokens replace it.
+    let planted = "cGxhbnRlZA=="; // "planted"
+    let before = decisions_about(url, &t, "app").await.len();
+    patch_as(
+        env,
+        "kubectl-edit",
+        &host_ns,
+        "Secret",
+        &name,
+        json!({"data": {"token": planted}}),
+    )
+    .await;
+    let (drifted, correction) =
+        drifted_and_corrected(url, &t, "app", "HostObjectEdited", before).await;
+    assert_eq!(drifted.target.as_ref().unwrap().name, name);
+    let fields: Vec<(&str, FieldChange, Option<&str>)> = drifted
+        .drift
+        .as_ref()
+        .unwrap()
+        .fields
+        .iter()
+        .map(|f| {
+            (
+                f.path.as_str(),
+                f.change,
+                f.by.as_ref().map(|b| b.manager.as_str()),
+            )
+        })
+        .collect();
+    assert_eq!(
+        fields,
+        [("data.token", FieldChange::Changed, Some("kubectl-edit"))]
+    );
+    assert_eq!(
+        (correction.reason.as_str(), correction.action),
+        ("ServiceAccountTokenIssued", HostAction::Update)
+    );
+    assert!(!correction.tokens.is_empty(), "{correction:?}");
+    let replaced = eventually("new tokens in the token Secret", || async {
+        secret().await.filter(|s| {
+            s["metadata"]["annotations"]["tenantplane.io/decision-id"] == json!(correction.id)
+        })
+    })
+    .await;
+    let new_token = replaced["data"]["token"].as_str().unwrap().to_string();
+    assert!(
+        new_token != planted && new_token != token,
+        "neither the planted token nor the one it replaced"
+    );
+
+    // A person deletes it: drift; re-created with new tokens by a decision that says so.
+    let before = decisions_about(url, &t, "app").await.len();
+    delete(&env.host.client, "v1", "Secret", Some(&host_ns), &name)
+        .await
+        .unwrap();
+    let (drifted, correction) =
+        drifted_and_corrected(url, &t, "app", "HostObjectDeleted", before).await;
+    assert_eq!(drifted.drift.as_ref().unwrap().change, DriftChange::Deleted);
+    assert_eq!(correction.action, HostAction::Create);
+    eventually("the token Secret re-created", || async {
+        secret()
+            .await
+            .filter(|s| s["metadata"]["uid"] != replaced["metadata"]["uid"])
+    })
+    .await;
+    let recorded = format!("{:?}", decisions_about(url, &t, "app").await);
+    for held in [planted, &token, &new_token] {
+        assert!(!recorded.contains(held), "a token in a decision");
+    }
+}

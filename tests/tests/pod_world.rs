@@ -12,14 +12,13 @@ use std::time::Duration;
 use data_encoding::BASE64;
 use k8s_openapi::api::authentication::v1::TokenReview;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, PostParams};
+use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use tenantplane_api::provenance;
 use tenantplane_core::decision::{HostAction, Outcome};
 use tenantplane_core::pod_world::TokenRecord;
 use tenantplane_e2e::{
     Env, OtlpReceiver, all_decisions, create, delete, events_regarding, eventually, get, list,
-    merge,
 };
 
 /// The syncer as a process of its own, its standard error kept in a file.
@@ -319,17 +318,26 @@ async fn a_synced_pod_reaches_its_tenant_api_with_a_bound_token_of_its_own_and_i
     );
 
     // A refresh once the Secret's schedule says it is due: new tokens, a decision of its own.
+    // The schedule is moved as tenantplane's own field manager: moved by anyone else, it would
+    // be drift (tests/tests/drift.rs).
     let past = (Timestamp::now() - Duration::from_secs(60)).to_string();
-    merge(
-        &env.host.client,
-        "v1",
-        "Secret",
-        Some(&host_ns),
-        &secret_name,
-        json!({"metadata": {"annotations": {provenance::REFRESH_AT: past}}}),
-    )
-    .await
-    .unwrap();
+    let secrets: Api<DynamicObject> = Api::namespaced_with(
+        env.host.client.clone(),
+        &host_ns,
+        &tenantplane_e2e::resource("v1", "Secret"),
+    );
+    let as_tenantplane = PatchParams {
+        field_manager: Some(tenantplane_core::drift::FIELD_MANAGER.into()),
+        ..PatchParams::default()
+    };
+    secrets
+        .patch(
+            &secret_name,
+            &as_tenantplane,
+            &Patch::Merge(json!({"metadata": {"annotations": {provenance::REFRESH_AT: past}}})),
+        )
+        .await
+        .unwrap();
     let refreshed = eventually("the refreshed token", || async {
         let s = get(
             &env.host.client,

@@ -128,6 +128,17 @@ impl Drift {
         }
     }
 
+    /// The drift a correction of this one carries: the same change and count, naming the
+    /// Drifted decision `drift_id` that recorded it.
+    pub fn correcting(&self, drift_id: &str) -> Drift {
+        Drift {
+            change: self.change,
+            corrects: Some(drift_id.to_string()),
+            fields: Vec::new(),
+            times: self.times,
+        }
+    }
+
     /// The decision message's account of it: what differs and who did it.
     pub fn describe(&self) -> String {
         if self.change == DriftChange::Deleted {
@@ -425,6 +436,23 @@ fn loosely_equal(a: &Value, b: &Value) -> bool {
 /// decision id), with who did it; `None` when the live object holds what tenantplane set.
 /// `ours` is tenantplane's field manager.
 pub fn detect(desired: &Value, live: &Value, ours: &str) -> Option<Drift> {
+    detect_withheld(desired, live, ours, &[])
+}
+
+/// As [`detect`], for a host object some of whose values tenantplane does not keep (a pod's
+/// tokens): each field of `desired` at one of the `withheld` paths (keys from the object's root,
+/// e.g. `["data", "token"]`) is changed when another field manager owns it, whatever its value,
+/// and removed when it is gone.
+pub fn detect_withheld(
+    desired: &Value,
+    live: &Value,
+    ours: &str,
+    withheld: &[&[&str]],
+) -> Option<Drift> {
+    let withheld: Vec<Path> = withheld
+        .iter()
+        .map(|keys| keys.iter().map(|k| Step::Key((*k).to_string())).collect())
+        .collect();
     let kind = desired.get("kind").and_then(Value::as_str).unwrap_or("");
     let desired = updatable(desired);
     let others = owners(live, ours);
@@ -444,6 +472,10 @@ pub fn detect(desired: &Value, live: &Value, ours: &str) -> Option<Drift> {
         let path = in_live(&desired, live, &path);
         let change = match at(live, &path) {
             None => FieldChange::Removed,
+            Some(_) if withheld.contains(&path) => match writer(&path) {
+                Some(_) => FieldChange::Changed,
+                None => continue,
+            },
             Some(have) if have != want && (writer(&path).is_some() || !attributed) => {
                 FieldChange::Changed
             }

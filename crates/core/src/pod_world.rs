@@ -1303,6 +1303,64 @@ pub fn token_secret(
     })
 }
 
+/// The key of a token Secret that holds the CA, not a token.
+const CA_KEY: &str = "ca.crt";
+
+/// `secret`, a token Secret as the host sent it, with its tokens withheld: each value of its
+/// `data` but the CA's emptied. What the syncer keeps of a token Secret changed on the host, to
+/// look for drift: never a token.
+pub fn withhold_tokens(secret: &mut Value) {
+    if let Some(Value::Object(data)) = secret.get_mut("data") {
+        for (key, value) in data.iter_mut() {
+            if key != CA_KEY {
+                *value = json!("");
+            }
+        }
+    }
+}
+
+/// The drift of the token Secret `live` (as the host sent it, managedFields and all, its tokens
+/// withheld: [`withhold_tokens`]) of the pod placed at `placement`, mounted by the host pod with
+/// uid `host_pod_uid`, whose tokens of `service_account` serve `requests` with the CA
+/// `ca_bundle`: [`drift::detect`]'s rule for every field tenantplane sets, but for what is not
+/// kept here (the tokens, their records and refresh time, the decision id), which another field
+/// manager has changed when it owns it. `None` when it holds what tenantplane set, or when
+/// tenantplane never wrote it (something else at its name, not this pod's: [`TokenUpkeep`]).
+///
+/// [`drift::detect`]: crate::drift::detect
+pub fn token_secret_drift(
+    live: &Value,
+    placement: &crate::mapping::Placement,
+    host_pod_uid: &str,
+    service_account: &str,
+    requests: &[TokenRequest],
+    ca_bundle: &str,
+) -> Option<crate::drift::Drift> {
+    use crate::drift::{FIELD_MANAGER, detect_withheld, written_by};
+    use tenantplane_api::provenance;
+    if !written_by(live, FIELD_MANAGER) {
+        return None;
+    }
+    let mut desired = token_secret(placement, host_pod_uid, service_account, &[], ca_bundle);
+    let annotations = [
+        provenance::SERVICE_ACCOUNT_TOKENS,
+        provenance::REFRESH_AT,
+        provenance::DECISION_ID,
+    ];
+    let mut withheld: Vec<[&str; 3]> = Vec::new();
+    for key in annotations {
+        desired["metadata"]["annotations"][key] = json!("");
+        withheld.push(["metadata", "annotations", key]);
+    }
+    for request in requests {
+        desired["data"][&request.key] = json!("");
+    }
+    let mut paths: Vec<&[&str]> = withheld.iter().map(|p| &p[..]).collect();
+    let data: Vec<[&str; 2]> = requests.iter().map(|r| ["data", r.key.as_str()]).collect();
+    paths.extend(data.iter().map(|p| &p[..]));
+    detect_withheld(&desired, live, FIELD_MANAGER, &paths)
+}
+
 /// What a pod's token Secret needs, from what the host store shows of it (its metadata).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum TokenUpkeep {
@@ -1871,6 +1929,93 @@ mod tests {
         assert_eq!(
             upkeep(Some(&platform), "host-pod-uid", "2026-12-03T10:01:00Z"),
             TokenUpkeep::Foreign("it has no tenantplane provenance".into())
+        );
+    }
+
+    /// The token Secret as the host sends it once tenantplane wrote it, and `others` after,
+    /// each `(manager, the fields it owns)`, its tokens withheld.
+    fn live_token_secret(others: &[(&str, Value)]) -> Value {
+        let mut live = secret_of(&minted("2026-12-03T10:00:00Z"));
+        live["metadata"]["annotations"]["tenantplane.io/decision-id"] = json!("d-1");
+        let mut entries = vec![json!({"manager": crate::drift::FIELD_MANAGER,
+            "operation": "Apply", "fieldsV1": {"f:data": {"f:ca.crt": {}, "f:token-2": {}}}})];
+        for (manager, fields) in others {
+            entries.push(json!({"manager": manager, "operation": "Update",
+                "time": "2026-12-03T10:05:00Z", "fieldsV1": fields}));
+        }
+        live["metadata"]["managedFields"] = json!(entries);
+        withhold_tokens(&mut live);
+        live
+    }
+
+    fn token_drift(live: &Value) -> Option<crate::drift::Drift> {
+        let pod = pod();
+        token_secret_drift(
+            live,
+            &place(&placement(), &pod),
+            "host-pod-uid",
+            "shop/builder",
+            &TokenRequest::of_pod(&pod.object),
+            "PEM",
+        )
+    }
+
+    #[test]
+    fn a_token_secret_changed_on_the_host_is_drift_told_by_who_owns_its_tokens() {
+        use crate::drift::{DriftChange, FieldChange};
+        let untouched = live_token_secret(&[]);
+        assert_eq!(untouched["data"]["token-2"], "", "no token is kept");
+        assert_eq!(token_drift(&untouched), None);
+
+        let labelled = live_token_secret(&[(
+            "label-bot",
+            json!({"f:metadata": {"f:labels": {"f:team": {}}}}),
+        )]);
+        assert_eq!(token_drift(&labelled), None, "another's label is theirs");
+
+        let mut stolen = live_token_secret(&[(
+            "kubectl-edit",
+            json!({"f:data": {"f:token-2": {}, "f:extra": {}}}),
+        )]);
+        stolen["data"]["extra"] = json!("");
+        let drift = token_drift(&stolen).expect("drift");
+        assert_eq!(drift.change, DriftChange::Edited);
+        let fields: Vec<(&str, FieldChange, Option<&str>)> = drift
+            .fields
+            .iter()
+            .map(|f| {
+                (
+                    f.path.as_str(),
+                    f.change,
+                    f.by.as_ref().map(|b| b.manager.as_str()),
+                )
+            })
+            .collect();
+        assert_eq!(
+            fields,
+            [
+                ("data.token-2", FieldChange::Changed, Some("kubectl-edit")),
+                ("data.extra", FieldChange::Added, Some("kubectl-edit")),
+            ]
+        );
+
+        let mut stripped = live_token_secret(&[]);
+        stripped["metadata"]["labels"]
+            .as_object_mut()
+            .unwrap()
+            .remove("tenantplane.io/tenant");
+        stripped["data"].as_object_mut().unwrap().remove("ca.crt");
+        let drift = token_drift(&stripped).expect("drift");
+        assert_eq!(drift.change, DriftChange::ProvenanceRemoved);
+        assert_eq!(drift.fields.len(), 2, "{drift:?}");
+
+        let mut foreign = live_token_secret(&[]);
+        foreign["metadata"]["managedFields"] = json!([{"manager": "someone", "operation": "Update",
+            "fieldsV1": {"f:data": {}}}]);
+        assert_eq!(
+            token_drift(&foreign),
+            None,
+            "never tenantplane's: not drift"
         );
     }
 

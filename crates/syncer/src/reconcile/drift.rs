@@ -108,12 +108,7 @@ pub fn correction(
         trace_id: stamp.trace_id,
         span_id: stamp.span_id,
         closes: None,
-        drift: Some(Drift {
-            change: drift.change,
-            corrects: Some(corrects.to_string()),
-            fields: Vec::new(),
-            times: drift.times,
-        }),
+        drift: Some(drift.correcting(corrects)),
         ..drifted.clone()
     };
     let write = match write {

@@ -1,12 +1,15 @@
 //! The decisions about a tenant pod's token Secret: tokens of its own ServiceAccount issued,
 //! refreshed or replaced, or refused (the TokenRequest failed, or something else is at the
-//! Secret's name). Each names the tokens' ServiceAccount, audiences, expiry and key; never a
-//! token.
+//! Secret's name); the Secret drifted (edited or deleted on the host by someone else), and the
+//! issue that corrects it. Each names the tokens' ServiceAccount, audiences, expiry and key;
+//! never a token.
 
+use tenantplane_api::tenant::DriftPolicy;
 use tenantplane_core::TenantObject;
 use tenantplane_core::decision::{
     Decision, HostAction, HostTarget, IssuedToken, Outcome, Stamp, Subject,
 };
+use tenantplane_core::drift::{Drift, DriftChange};
 use tenantplane_core::mapping::TenantPlacement;
 use tenantplane_core::pod_world::{self, MintedToken, TokenUpkeep};
 
@@ -90,6 +93,44 @@ pub fn refused(
     stamp: Stamp,
 ) -> Decision {
     about_secret(tenant, pod, secret, outcome, reason, message, stamp)
+}
+
+/// The Drifted decision about a tenant pod's token Secret that someone else changed or deleted
+/// on the host (`drift`, after `streak` drifts in a row), under `policy`.
+pub fn drifted(
+    tenant: &TenantPlacement,
+    pod: &TenantObject,
+    secret: &str,
+    drift: Drift,
+    streak: u32,
+    policy: DriftPolicy,
+    stamp: Stamp,
+) -> Decision {
+    let d = about_secret(
+        tenant,
+        pod,
+        secret,
+        Outcome::Drifted,
+        "",
+        String::new(),
+        stamp,
+    );
+    super::drift::drifted_decision(d, drift, streak, policy)
+}
+
+/// `issued` (new tokens, [`issued`]) made the correction of `drift`, recorded by the Drifted
+/// decision `drift_id`: it names that decision and says what it corrects.
+pub fn correcting(mut issued: Decision, drift: &Drift, drift_id: &str) -> Decision {
+    let what = match drift.change {
+        DriftChange::Deleted => "the Secret deleted on the host, re-created with new tokens",
+        DriftChange::Edited | DriftChange::ProvenanceRemoved => {
+            "the Secret edited on the host, replaced with new tokens and every field tenantplane \
+             sets"
+        }
+    };
+    issued.message = format!("{what} (drift decision {drift_id}): {}", issued.message);
+    issued.drift = Some(drift.correcting(drift_id));
+    issued
 }
 
 fn about_secret(

@@ -8,8 +8,10 @@
 
 use std::time::{Duration, Instant};
 
+use k8s_openapi::api::core::v1::ObjectReference;
 use serde_json::Value;
 use tenantplane_core::TenantObject;
+use tenantplane_core::decision::Decision;
 use tracing::Instrument as _;
 
 use super::caches::{Changed, LiveView};
@@ -35,6 +37,17 @@ pub(super) fn version_of(change: &Changed) -> Option<String> {
     }
 }
 
+/// The uid of the host object a change shows written.
+pub(super) fn uid_of(change: &Changed) -> Option<String> {
+    match change {
+        Changed::Written(v) => v
+            .pointer("/metadata/uid")
+            .and_then(Value::as_str)
+            .map(str::to_string),
+        _ => None,
+    }
+}
+
 impl Worker {
     /// A Drifted step (`step`, decided on the host change `change`, seen before as `seen`)
     /// through record → correct.
@@ -54,36 +67,21 @@ impl Worker {
         let regarding = || Some(reference_of(&object.object));
         let times = step.decision.drift.as_ref().map_or(1, |d| d.times);
         let version = version_of(&change);
-        let drift_id = match (seen.same, seen.drift_id) {
-            (true, Some(id)) => id,
-            _ if times <= CORRECTED_AT_ONCE + 1 || times.is_power_of_two() => {
-                let recorded = self
-                    .recorder
-                    .record(&k, &step.decision, &content, regarding(), started)
-                    .await;
-                if self
-                    .recorded_or_retried(key, recorded, "corrected")
-                    .is_none()
-                {
-                    self.keep_watching(key, change);
-                    return;
-                }
-                if let Some(target) = &step.decision.target {
-                    let uid = match &change {
-                        Changed::Written(v) => v
-                            .pointer("/metadata/uid")
-                            .and_then(Value::as_str)
-                            .map(str::to_string),
-                        _ => None,
-                    };
-                    record::report_on_object(self.shared.host.clone(), target, uid, &step.decision);
-                }
-                step.decision.id.clone()
-            }
-            (_, last) => {
-                trace::describe(&tracing::Span::current(), &step.decision);
-                last.unwrap_or_else(|| step.decision.id.clone())
-            }
+        let recorded = self
+            .record_drifted(
+                key,
+                &k,
+                &step.decision,
+                &content,
+                regarding(),
+                uid_of(&change),
+                &seen,
+                started,
+            )
+            .await;
+        let Some(drift_id) = recorded else {
+            self.keep_watching(key, change);
+            return;
         };
         let Some(write) = step.correction.clone() else {
             // Record: left as it is, and looked at again at each change until it holds what
@@ -96,13 +94,7 @@ impl Worker {
             self.succeeded(key);
             return;
         };
-        let due = seen
-            .due
-            .unwrap_or_else(|| Instant::now() + self.correction_delay(times));
-        self.recorder
-            .ledger()
-            .drifted(&k, times, version.as_deref(), Some(due), &drift_id);
-        let wait = due.saturating_duration_since(Instant::now());
+        let wait = self.correction_wait(&k, times, version.as_deref(), &seen, &drift_id);
         if !wait.is_zero() {
             self.keep_watching(key, change);
             self.queue.push_after(key.clone(), wait);
@@ -153,6 +145,65 @@ impl Worker {
     /// key's next decision.
     fn keep_watching(&self, key: &Key, change: Changed) {
         self.caches.keep_host_change(key, change);
+    }
+
+    /// Records `drifted`, the Drifted decision about the host object (uid `uid`) of the ledger
+    /// key `k` (`regarding` the tenant object, seen before as `seen`), with a Warning Event on
+    /// the host object, unless this very drift was recorded before or it is a tug of war's drift
+    /// that is not one of the third or a power of two. The id of the Drifted decision a
+    /// correction names; `None` when it could not be recorded (retried).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) async fn record_drifted(
+        &self,
+        key: &Key,
+        k: &str,
+        drifted: &Decision,
+        content: &str,
+        regarding: Option<ObjectReference>,
+        uid: Option<String>,
+        seen: &Seen,
+        started: Instant,
+    ) -> Option<String> {
+        let times = drifted.drift.as_ref().map_or(1, |d| d.times);
+        match (seen.same, &seen.drift_id) {
+            (true, Some(id)) => Some(id.clone()),
+            _ if times <= CORRECTED_AT_ONCE + 1 || times.is_power_of_two() => {
+                let recorded = self
+                    .recorder
+                    .record(k, drifted, content, regarding, started)
+                    .await;
+                self.recorded_or_retried(key, recorded, "corrected")?;
+                if let Some(target) = &drifted.target {
+                    record::report_on_object(self.shared.host.clone(), target, uid, drifted);
+                }
+                Some(drifted.id.clone())
+            }
+            (_, last) => {
+                trace::describe(&tracing::Span::current(), drifted);
+                Some(last.clone().unwrap_or_else(|| drifted.id.clone()))
+            }
+        }
+    }
+
+    /// Remembers the `times`th drift in a row of the host object of the ledger key `k` (shown
+    /// at `version`, seen before as `seen`, recorded by `drift_id`), and how long its correction
+    /// waits: nothing for the first ones, then the backoff of a retried key, counted from when
+    /// the drift was first seen.
+    pub(super) fn correction_wait(
+        &self,
+        k: &str,
+        times: u32,
+        version: Option<&str>,
+        seen: &Seen,
+        drift_id: &str,
+    ) -> Duration {
+        let due = seen
+            .due
+            .unwrap_or_else(|| Instant::now() + self.correction_delay(times));
+        self.recorder
+            .ledger()
+            .drifted(k, times, version, Some(due), drift_id);
+        due.saturating_duration_since(Instant::now())
     }
 
     /// How long the correction of the `times`th drift in a row waits: nothing for the first

@@ -410,6 +410,7 @@ impl Worker {
         });
         let Some((step, span)) = decided else {
             self.recorder.ledger().forget(&k);
+            self.forget_tokens(key);
             self.succeeded(key);
             return;
         };

@@ -9,6 +9,15 @@
 //! stores (the host store keeps a Secret's metadata only); a failed TokenRequest's error is the
 //! tenant API server's Status, which holds none.
 //!
+//! Drift: a token Secret another hand than this syncer's changed or deleted on the host is kept
+//! (its tokens withheld) until the pod's next upkeep, which finds what differs and who did it
+//! ([`token_secret_drift`]: what tenantplane does not keep, the tokens, is drift when another
+//! field manager owns it). That is a Drifted decision about the pod, then under `Revert` new
+//! tokens, issued by a decision that names it: the Secret re-created, or replaced with every
+//! field tenantplane sets; under `Record` the edit stays until the next refresh, and a deleted
+//! Secret stays deleted. A tug of war backs off as for every host object
+//! ([`super::drift`]).
+//!
 //! [`PodWorld`]: tenantplane_core::pod_world::PodWorld
 
 use std::collections::HashMap;
@@ -18,19 +27,24 @@ use std::time::Instant;
 use k8s_openapi::api::authentication::v1::{
     BoundObjectReference, TokenRequest as K8sTokenRequest, TokenRequestSpec,
 };
-use k8s_openapi::api::core::v1::ServiceAccount;
+use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
 use k8s_openapi::jiff::Timestamp;
+use kube::ResourceExt as _;
 use kube::api::{Api, DynamicObject, PostParams};
 use kube::core::ApiResource;
 use serde_json::{Value, json};
 use tenantplane_api::provenance;
+use tenantplane_api::tenant::DriftPolicy;
 use tenantplane_core::TenantObject;
 use tenantplane_core::decision::{HostAction, Outcome};
+use tenantplane_core::drift::{self, Drift};
 use tenantplane_core::mapping::{self, token_secret_name};
-use tenantplane_core::pod_world::{MintedToken, TokenRequest, TokenUpkeep, token_secret};
+use tenantplane_core::pod_world::{
+    MintedToken, TokenRequest, TokenUpkeep, token_secret, token_secret_drift, withhold_tokens,
+};
 use tracing::Instrument as _;
 
-use super::caches::OwnWrite;
+use super::caches::{Changed, OwnWrite, Vanished, to_value};
 use super::{Key, Worker};
 use crate::reconcile;
 use crate::record::{COMPONENT, reference_of};
@@ -44,6 +58,32 @@ pub(super) struct Tokens {
     wakes: Mutex<HashMap<Key, Timestamp>>,
     /// Token Secret writes the host store does not show yet, by Secret name.
     written: Mutex<HashMap<String, OwnWrite>>,
+    /// What the host showed of each pod's token Secret when another hand than this syncer's
+    /// changed (its tokens withheld) or deleted it, by pod key, until the pod's next upkeep.
+    changes: Mutex<HashMap<Key, Changed>>,
+}
+
+/// What a drift of a pod's token Secret leaves to its upkeep.
+enum Verdict {
+    /// Nothing now: left deleted (`Record`), the correction held back, or the drift not
+    /// recorded (retried).
+    Hold,
+    /// Left as edited (`Record`): its tokens are kept as usual, so refreshed when due.
+    Leave,
+    /// Correct it now.
+    Correct(Correction),
+}
+
+/// The correction of a drifted token Secret: new tokens, issued by a decision naming the
+/// Drifted one, in a span of its own.
+struct Correction {
+    /// The drift, as the Drifted decision recorded it.
+    drift: Drift,
+    /// The Drifted decision's id.
+    drift_id: String,
+    /// The Secret as the host showed it edited (its tokens withheld); `None` when deleted.
+    live: Option<Value>,
+    span: tracing::Span,
 }
 
 impl Worker {
@@ -51,6 +91,13 @@ impl Worker {
     /// mounts it: issues its tokens when the Secret is missing or another incarnation's,
     /// refreshes them when due, and wakes the key again when the next refresh is due.
     pub(super) async fn keep_tokens(&self, key: &Key, pod: &TenantObject) {
+        let change = self
+            .tokens
+            .changes
+            .lock()
+            .expect("token changes lock")
+            .remove(key)
+            .unwrap_or(Changed::Nothing);
         let Some(host_pod) = self.caches.host_of(key, pod) else {
             return;
         };
@@ -74,6 +121,7 @@ impl Worker {
             return;
         }
         if self.tokens_behind(&secret_name) {
+            self.keep_token_change(key, change);
             self.queue
                 .push_after(key.clone(), super::caches::OWN_WRITE_PATIENCE);
             return;
@@ -97,8 +145,39 @@ impl Worker {
             &pod.identity.namespace,
             &pod.identity.name,
         );
-        let k = format!("{}#token", self.caches.key_string(key));
+        let k = token_key(&self.caches, key);
         let started = Instant::now();
+        let drift = self
+            .token_drift(
+                &change,
+                secret.as_ref(),
+                pod,
+                (host_name, host_uid),
+                &service_account,
+                &requests,
+            )
+            .await;
+        let correcting = match drift {
+            None => None,
+            Some(drift) => {
+                let verdict = self
+                    .drifted_tokens(key, &k, pod, &secret_name, drift, change, started)
+                    .instrument(span.clone())
+                    .await;
+                match verdict {
+                    Verdict::Hold => return,
+                    Verdict::Leave if matches!(upkeep, TokenUpkeep::Foreign(_)) => return,
+                    Verdict::Leave => None,
+                    Verdict::Correct(correction) => Some(correction),
+                }
+            }
+        };
+        let upkeep = match &correcting {
+            Some(Correction { live: None, .. }) => TokenUpkeep::Issue,
+            Some(_) => TokenUpkeep::Replace("it was edited on the host".into()),
+            None => upkeep,
+        };
+        let span = correcting.as_ref().map_or(span, |c| c.span.clone());
         match &upkeep {
             TokenUpkeep::Current(at) => {
                 self.wake_at(key, *at);
@@ -153,7 +232,7 @@ impl Worker {
                     return;
                 }
             };
-            let decision = reconcile::tokens::issued(
+            let mut decision = reconcile::tokens::issued(
                 tenant,
                 pod,
                 &secret_name,
@@ -162,6 +241,9 @@ impl Worker {
                 &service_account,
                 trace::stamp_in(&tracing::Span::current(), COMPONENT),
             );
+            if let Some(c) = &correcting {
+                decision = reconcile::tokens::correcting(decision, &c.drift, &c.drift_id);
+            }
             let content = reconcile::observed_digest(&pod.object);
             let recorded = self
                 .recorder
@@ -191,10 +273,20 @@ impl Worker {
             {
                 body["metadata"]["resourceVersion"] = rv.clone();
             }
-            match self
-                .write_token_secret(&secret_name, decision.action, body)
-                .await
-            {
+            let write = match (&correcting, decision.action) {
+                // The edit replaced: what tenantplane sets put back over the Secret as the host
+                // showed it (its resourceVersion the precondition), what others added kept,
+                // the keys added to its data removed.
+                (
+                    Some(Correction {
+                        live: Some(live), ..
+                    }),
+                    _,
+                ) => Write::Replace(drift::corrected(&body, live)),
+                (_, HostAction::Create) => Write::Create(body),
+                _ => Write::Apply(body),
+            };
+            match self.write_token_secret(&secret_name, write).await {
                 Ok(()) => {
                     self.recorder.carried_out(recorded);
                     let next = minted
@@ -280,23 +372,14 @@ impl Worker {
         Ok(minted)
     }
 
-    /// Creates (`Create`) or server-side applies (with the resourceVersion seen as precondition)
-    /// the token Secret `name`, remembering the write until the host store shows it.
-    async fn write_token_secret(
-        &self,
-        name: &str,
-        action: HostAction,
-        body: Value,
-    ) -> Result<(), WriteError> {
+    /// Writes the token Secret `name` (created, server-side applied or replaced, with the
+    /// resourceVersion seen as precondition), remembering the write until the host store shows
+    /// it.
+    async fn write_token_secret(&self, name: &str, write: Write) -> Result<(), WriteError> {
         let ar = ApiResource::erase::<k8s_openapi::api::core::v1::Secret>(&());
         let host_namespace = &self.caches.placement.host_namespace;
         let api: Api<DynamicObject> =
             Api::namespaced_with(self.shared.host.clone(), host_namespace, &ar);
-        let write = if action == HostAction::Create {
-            Write::Create(body)
-        } else {
-            Write::Apply(body)
-        };
         let written = self
             .shared
             .host_writer
@@ -310,6 +393,202 @@ impl Worker {
                 .insert(name.to_string(), OwnWrite::written(w));
         }
         Ok(())
+    }
+
+    /// Notes a host object of kind `ar` as its watch event brings it, before the store trims
+    /// it; whether it is the token Secret of one of the tenant's pods. Unless it is this
+    /// syncer's own write, it is kept, its tokens withheld, for the drift check of the pod's
+    /// next upkeep.
+    pub(super) fn note_token_secret(&self, ar: &ApiResource, obj: &DynamicObject) -> bool {
+        let Some(pod) = self.caches.pod_of_token_secret(ar, obj) else {
+            return false;
+        };
+        let own = self
+            .tokens
+            .written
+            .lock()
+            .expect("token writes lock")
+            .get(&obj.name_any())
+            .is_some_and(|w| w.wrote(obj.resource_version().as_deref()));
+        if !own {
+            let mut seen = to_value(obj);
+            withhold_tokens(&mut seen);
+            self.keep_token_change(&pod, Changed::Written(seen));
+        }
+        true
+    }
+
+    /// A host object of kind `ar` was deleted (its watch event); whether it is the token
+    /// Secret of one of the tenant's pods. Its delete is kept for the drift check while the host
+    /// pod that owned it is still there and not going (else it went with its pod).
+    pub(super) fn note_token_secret_deleted(&self, ar: &ApiResource, obj: &DynamicObject) -> bool {
+        let Some(pod) = self.caches.pod_of_token_secret(ar, obj) else {
+            return false;
+        };
+        let vanished = Vanished::of(obj);
+        let owner_stays = self.caches.pod_kind.is_some_and(|kind| {
+            self.caches
+                .host_cached(kind, &self.caches.host_name_of(&pod))
+                .is_some_and(|p| {
+                    p.pointer("/metadata/uid").and_then(Value::as_str) == vanished.owner.as_deref()
+                        && p.pointer("/metadata/deletionTimestamp").is_none()
+                })
+        });
+        if owner_stays {
+            self.keep_token_change(&pod, Changed::Deleted(vanished));
+        }
+        true
+    }
+
+    /// Forgets the tokens of the pod `key`, gone with its host pod: when they were due, what
+    /// the host showed of its token Secret, its drifts.
+    pub(super) fn forget_tokens(&self, key: &Key) {
+        if Some(key.kind) != self.caches.pod_kind {
+            return;
+        }
+        self.tokens
+            .wakes
+            .lock()
+            .expect("token wakes lock")
+            .remove(key);
+        self.tokens
+            .changes
+            .lock()
+            .expect("token changes lock")
+            .remove(key);
+        self.recorder.ledger().forget(&token_key(&self.caches, key));
+    }
+
+    /// Keeps what the host showed of the token Secret of the pod `key` for its next upkeep.
+    fn keep_token_change(&self, key: &Key, change: Changed) {
+        if matches!(change, Changed::Nothing) {
+            return;
+        }
+        self.tokens
+            .changes
+            .lock()
+            .expect("token changes lock")
+            .insert(key.clone(), change);
+    }
+
+    /// The drift `change` shows of the token Secret of `pod` (the store showing it as `secret`),
+    /// mounted by the host pod (name, uid) `host_pod`: an edit the store still shows, or a
+    /// delete while the host pod stays.
+    async fn token_drift(
+        &self,
+        change: &Changed,
+        secret: Option<&Value>,
+        pod: &TenantObject,
+        (host_pod, host_uid): (&str, &str),
+        service_account: &str,
+        requests: &[TokenRequest],
+    ) -> Option<Drift> {
+        match change {
+            Changed::Nothing => None,
+            Changed::Written(live) => {
+                let version = |v: &Value| v.pointer("/metadata/resourceVersion").cloned();
+                if secret.and_then(version) != version(live) {
+                    // Written over since: by this syncer, or shown again by a newer event.
+                    return None;
+                }
+                token_secret_drift(
+                    live,
+                    &mapping::place(&self.caches.placement, pod),
+                    host_uid,
+                    service_account,
+                    requests,
+                    &self.pods.ca_bundle,
+                )
+            }
+            Changed::Deleted(vanished) => {
+                let ours = secret.is_none() && vanished.owner.as_deref() == Some(host_uid);
+                (ours && self.host_pod_stays(host_pod, host_uid).await).then(Drift::deleted)
+            }
+        }
+    }
+
+    /// Whether the host pod `name` (uid `uid`) is there and not going, as the host says now: a
+    /// token Secret deleted with its pod, whose delete the pod's watch has not shown yet, is no
+    /// drift.
+    async fn host_pod_stays(&self, name: &str, uid: &str) -> bool {
+        let pods: Api<Pod> = Api::namespaced(
+            self.shared.host.clone(),
+            &self.caches.placement.host_namespace,
+        );
+        match pods.get_opt(name).await {
+            Ok(pod) => pod.is_some_and(|p| {
+                p.metadata.uid.as_deref() == Some(uid) && p.metadata.deletion_timestamp.is_none()
+            }),
+            Err(e) => {
+                tracing::warn!(error = %e, pod = name, "reading a host pod whose token Secret was deleted");
+                false
+            }
+        }
+    }
+
+    /// A drift of the token Secret `secret` of `pod` (key `key`, ledger key `k`), shown by
+    /// `change`: the Drifted decision recorded, and what is done about it under the Tenant's
+    /// drift policy.
+    #[allow(clippy::too_many_arguments)]
+    async fn drifted_tokens(
+        &self,
+        key: &Key,
+        k: &str,
+        pod: &TenantObject,
+        secret: &str,
+        drift: Drift,
+        change: Changed,
+        started: Instant,
+    ) -> Verdict {
+        let version = super::drift::version_of(&change);
+        let seen = self.recorder.ledger().drift_seen(k, version.as_deref());
+        let policy = self.tenant.spec.drift;
+        let drifted = reconcile::tokens::drifted(
+            &self.caches.placement,
+            pod,
+            secret,
+            drift,
+            seen.times,
+            policy,
+            trace::stamp_in(&tracing::Span::current(), COMPONENT),
+        );
+        let content = reconcile::observed_digest(&pod.object);
+        let regarding = Some(reference_of(&pod.object));
+        let uid = super::drift::uid_of(&change);
+        let recorded = self
+            .record_drifted(key, k, &drifted, &content, regarding, uid, &seen, started)
+            .await;
+        let Some(drift_id) = recorded else {
+            self.keep_token_change(key, change);
+            return Verdict::Hold;
+        };
+        let times = drifted.drift.as_ref().map_or(1, |d| d.times);
+        if policy == DriftPolicy::Record {
+            let ledger = self.recorder.ledger();
+            ledger.drifted(k, times, version.as_deref(), None, &drift_id);
+            let deleted = matches!(change, Changed::Deleted(_));
+            self.keep_token_change(key, change);
+            return if deleted {
+                Verdict::Hold
+            } else {
+                Verdict::Leave
+            };
+        }
+        let wait = self.correction_wait(k, times, version.as_deref(), &seen, &drift_id);
+        if !wait.is_zero() {
+            self.keep_token_change(key, change);
+            self.queue.push_after(key.clone(), wait);
+            return Verdict::Hold;
+        }
+        Verdict::Correct(Correction {
+            span: trace::follow_up_span(&drifted),
+            drift: drifted.drift.expect("a Drifted decision carries its drift"),
+            drift_id,
+            live: match change {
+                Changed::Written(live) => Some(live),
+                _ => None,
+            },
+        })
     }
 
     /// Whether the host store has not shown this syncer's last write of a token Secret yet.
@@ -337,6 +616,11 @@ impl Worker {
         let delay = std::time::Duration::try_from(delay).unwrap_or_default();
         self.queue.push_after(key.clone(), delay);
     }
+}
+
+/// The ledger's key of the token Secret of the pod `key`.
+fn token_key(caches: &super::caches::Caches, key: &Key) -> String {
+    format!("{}#token", caches.key_string(key))
 }
 
 /// `namespace/name` of a tenant pod's ServiceAccount.

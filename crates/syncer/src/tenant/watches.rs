@@ -63,18 +63,24 @@ pub(super) fn spawn(
         }));
         let w = worker.clone();
         let noting = worker.clone();
-        let types = type_meta(&w.caches.kind(index).ar);
+        let ar = w.caches.kind(index).ar.clone();
+        let types = type_meta(&ar);
         tasks.push(tokio::spawn(async move {
             let mut events = stored(host_api, host_writer, move |obj| {
                 obj.types.get_or_insert_with(|| types.clone());
-                noting.caches.note_host_object(index, obj);
+                if !noting.note_token_secret(&ar, obj) {
+                    noting.caches.note_host_object(index, obj);
+                }
                 trim_host_object(&types, obj)
             });
             while let Some(event) = events.next().await {
                 let obj = match event {
                     Ok(Touched::Applied(obj)) => obj,
                     Ok(Touched::Deleted(obj)) => {
-                        w.caches.note_host_deleted(index, &obj);
+                        let ar = &w.caches.kind(index).ar;
+                        if !w.note_token_secret_deleted(ar, &obj) {
+                            w.caches.note_host_deleted(index, &obj);
+                        }
                         obj
                     }
                     Err(e) => {
@@ -90,20 +96,29 @@ pub(super) fn spawn(
     }
     for (ar, api, writer) in references {
         let w = worker.clone();
+        let (noting, noted) = (worker.clone(), ar.clone());
         let types = type_meta(&ar);
         tasks.push(tokio::spawn(async move {
-            let mut events = stored(api, writer, move |obj| trim_host_object(&types, obj));
+            let mut events = stored(api, writer, move |obj| {
+                obj.types.get_or_insert_with(|| types.clone());
+                noting.note_token_secret(&noted, obj);
+                trim_host_object(&types, obj)
+            });
             while let Some(event) = events.next().await {
-                match event {
-                    Ok(Touched::Applied(obj) | Touched::Deleted(obj)) => {
-                        if let Some(key) = w.caches.pod_of_token_secret(&ar, &obj) {
-                            w.queue.push(key);
-                        }
+                let obj = match event {
+                    Ok(Touched::Applied(obj)) => obj,
+                    Ok(Touched::Deleted(obj)) => {
+                        w.note_token_secret_deleted(&ar, &obj);
+                        obj
                     }
                     Err(e) => {
                         let tenant = &w.caches.placement.tenant;
                         tracing::warn!(tenant = %tenant, error = %e, "host watch of a referenced kind");
+                        continue;
                     }
+                };
+                if let Some(key) = w.caches.pod_of_token_secret(&ar, &obj) {
+                    w.queue.push(key);
                 }
             }
         }));

@@ -35,6 +35,19 @@ pub(in crate::tenant) struct Vanished {
     pub(in crate::tenant) uid: String,
     /// The desired digest it recorded: what its tenant object produced then.
     pub(in crate::tenant) digest: Option<String>,
+    /// The uid of its owner (a token Secret's host pod).
+    pub(in crate::tenant) owner: Option<String>,
+}
+
+impl Vanished {
+    /// What is remembered of `obj`, deleted.
+    pub(in crate::tenant) fn of(obj: &DynamicObject) -> Vanished {
+        Vanished {
+            uid: obj.uid().unwrap_or_default(),
+            digest: obj.annotations().get(DESIRED_DIGEST).cloned(),
+            owner: obj.owner_references().first().map(|o| o.uid.clone()),
+        }
+    }
 }
 
 /// What the host shows of one host object since the key's last decision.
@@ -98,14 +111,10 @@ impl Caches {
             .contains(&at)
             || self.own_delete(obj.uid().as_deref());
         if !ours {
-            let vanished = Vanished {
-                uid: obj.uid().unwrap_or_default(),
-                digest: obj.annotations().get(DESIRED_DIGEST).cloned(),
-            };
             self.vanished
                 .lock()
                 .expect("vanished lock")
-                .insert(at, vanished);
+                .insert(at, Vanished::of(obj));
         }
     }
 

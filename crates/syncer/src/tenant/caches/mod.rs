@@ -29,7 +29,7 @@ mod host_changes;
 mod own_writes;
 mod stored;
 
-pub(super) use host_changes::Changed;
+pub(super) use host_changes::{Changed, Vanished};
 use own_writes::Recreation;
 pub(super) use own_writes::{OWN_WRITE_PATIENCE, OwnWrite};
 pub(super) use stored::{to_value, trim_host_object, trim_tenant_object, type_meta};
@@ -299,13 +299,25 @@ impl Caches {
     }
 
     /// The key of the tenant pod whose token Secret a host object of kind `ar` is, if it is one
-    /// of this tenant's: its events wake the pod, whose tokens are issued again when it is gone.
+    /// of this tenant's: its events wake the pod, whose tokens are issued again when it is gone
+    /// and whose drift is looked at ([`super::tokens`]). Told by the host pod that owns it,
+    /// else (the owner gone, or removed on the host) by its provenance.
     pub(super) fn pod_of_token_secret(&self, ar: &ApiResource, obj: &DynamicObject) -> Option<Key> {
+        let name = obj.name_any();
         let token_secret = ar.group.is_empty()
             && ar.kind == "Secret"
-            && obj.name_any().ends_with(mapping::TOKEN_SECRET_SUFFIX);
+            && name.ends_with(mapping::TOKEN_SECRET_SUFFIX);
         if !token_secret {
             return None;
+        }
+        let pod_kind = self.pod_kind?;
+        let by_owner = obj
+            .owner_references()
+            .iter()
+            .filter(|o| o.kind == "Pod" && mapping::token_secret_name(&o.name) == name)
+            .find_map(|o| self.source_of_host(pod_kind, &o.name));
+        if by_owner.is_some() {
+            return by_owner;
         }
         let (labels, annotations) = (obj.labels(), obj.annotations());
         if labels.get(provenance::TENANT)? != &self.placement.tenant
@@ -314,7 +326,7 @@ impl Caches {
             return None;
         }
         Some(Key {
-            kind: self.pod_kind?,
+            kind: pod_kind,
             namespace: labels.get(provenance::SOURCE_NAMESPACE)?.clone(),
             name: annotations.get(provenance::SOURCE_NAME)?.clone(),
         })
