@@ -424,8 +424,13 @@ impl Env {
     /// Starts the syncer (in this process).
     pub async fn start_syncer(&mut self) -> anyhow::Result<()> {
         let config = self.syncer_config().await?;
-        self.syncer = Some(tokio::spawn(tenantplane_syncer::run(config)));
+        self.start_syncer_with(config);
         Ok(())
+    }
+
+    /// Starts the syncer (in this process) with `config`.
+    pub fn start_syncer_with(&mut self, config: Config) {
+        self.syncer = Some(tokio::spawn(tenantplane_syncer::run(config)));
     }
 
     /// Stops the syncer abruptly, as a crash would.

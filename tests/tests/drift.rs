@@ -12,7 +12,8 @@ use serde_json::{Value, json};
 use tenantplane_core::decision::{Decision, HostAction, Outcome};
 use tenantplane_core::drift::{DriftChange, FieldChange};
 use tenantplane_e2e::{
-    Env, all_decisions, create, delete, events_regarding, eventually, get, resource, tenant_status,
+    Env, all_decisions, create, delete, events_regarding, eventually, get, list, resource,
+    tenant_status,
 };
 
 /// Merge-patches a host object as the field manager `manager` (a person's kubectl, a controller).
@@ -702,5 +703,77 @@ async fn a_pods_token_secret_edited_or_deleted_on_the_host_is_drift_and_gets_new
     let recorded = format!("{:?}", decisions_about(url, &t, "app").await);
     for held in [planted, &token, &new_token] {
         assert!(!recorded.contains(held), "a token in a decision");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_edit_of_an_admission_binding_in_the_tenant_control_plane_is_drift_at_once() {
+    let mut run = Run::start().await;
+    // Only the edit's event can reconcile the Tenant in time: its resync is an hour away.
+    run.env.stop_syncer().await;
+    let mut config = run.env.syncer_config().await.unwrap();
+    config.tenant_resync = Duration::from_secs(3600);
+    run.env.start_syncer_with(config);
+    let (env, url) = (&run.env, run.url.as_str());
+    let (_, policy) = run.namespace_and_policy("gate").await;
+    let t = env
+        .create_tenant_with("gate", json!({"syncPolicyRef": policy}))
+        .await
+        .unwrap();
+    let c = &env.tenant_cp.client;
+    let admission = "admissionregistration.k8s.io/v1";
+    let kind = "ValidatingAdmissionPolicyBinding";
+    let binding = eventually("an admission binding of the Tenant", || async {
+        list(c, admission, kind, None)
+            .await
+            .ok()?
+            .into_iter()
+            .find(|b| b["metadata"]["labels"]["tenantplane.io/tenant"] == json!(t))
+    })
+    .await;
+    let name = binding["metadata"]["name"].as_str().unwrap().to_string();
+    let actions = binding["spec"]["validationActions"].clone();
+    assert_ne!(actions, json!(["Audit"]), "{binding}");
+
+    // Someone turns its enforcement off in the tenant control plane, twice: the second time
+    // long after the Tenant's first reconciles, whose own writes reconcile it again a few times.
+    let about_it = || async {
+        decisions_about(url, &t, &policy)
+            .await
+            .into_iter()
+            .filter(|d| d.target.as_ref().is_some_and(|x| x.name == name))
+            .collect::<Vec<_>>()
+    };
+    let api: Api<DynamicObject> = Api::all_with(c.clone(), &resource(admission, kind));
+    let params = PatchParams {
+        field_manager: Some("kubectl-edit".into()),
+        ..PatchParams::default()
+    };
+    for _ in 0..2 {
+        let before = about_it().await.len();
+        api.patch(
+            &name,
+            &params,
+            &Patch::Merge(json!({"spec": {"validationActions": ["Audit"]}})),
+        )
+        .await
+        .unwrap();
+        let (drifted, correction) = eventually("the edit of the binding, reverted", || async {
+            drift_and_correction(&about_it().await[before..], "HostObjectEdited")
+        })
+        .await;
+        let by = &drifted.drift.as_ref().unwrap().fields[0].by;
+        assert_eq!(
+            by.as_ref().map(|b| b.manager.as_str()),
+            Some("kubectl-edit")
+        );
+        assert_eq!(drifted.subject.kind, "SyncPolicy");
+        assert_eq!(correction.reason, "HostEditReverted");
+        eventually("enforced again", || async {
+            get(c, admission, kind, None, &name)
+                .await
+                .filter(|b| b["spec"]["validationActions"] == actions)
+        })
+        .await;
     }
 }

@@ -83,6 +83,8 @@ pub struct Context {
     books: Mutex<HashMap<String, Books>>,
     /// Consecutive failed reconciles per Tenant, for the retry backoff.
     failures: std::sync::Mutex<HashMap<String, u32>>,
+    /// Tenants to reconcile again at once.
+    wakes: runtimes::Wakes,
 }
 
 /// Runs the Tenant controller until the stream ends (shutdown), and, when sharded, the
@@ -147,6 +149,7 @@ async fn run_controller(ctx: Arc<Context>) {
                     .collect::<Vec<_>>()
             },
         )
+        .reconcile_on(ctx.wakes.take())
         .run(reconcile, error_policy, ctx)
         .for_each(|result| async move {
             if let Err(e) = result {
@@ -380,7 +383,7 @@ async fn apply(tenant: &Tenant, ctx: &Context) -> Result<Action, Error> {
     if let Some((_, boundary)) = &profile {
         admission = admission.with_isolation(&name, boundary, compiled.synced_namespaces());
     }
-    tenant_admission::reconcile(
+    let admission_served = tenant_admission::reconcile(
         &client,
         &host_side_recorder,
         &ledger,
@@ -425,6 +428,14 @@ async fn apply(tenant: &Tenant, ctx: &Context) -> Result<Action, Error> {
         );
         let pods = crate::pod_api::pod_context(tenant, &yaml)
             .context("reading what the tenant's pods get of its control plane")?;
+        // Edits of the Tenant's admission objects in its control plane reconcile it again.
+        let admission_drift = admission_served.then(|| {
+            tenant_admission::watch_admission_objects(
+                client.clone(),
+                name.clone(),
+                ctx.wakes.send.clone(),
+            )
+        });
         let mut runtime = tenant::start(
             ctx.shared.clone(),
             tenant.clone(),
@@ -436,6 +447,9 @@ async fn apply(tenant: &Tenant, ctx: &Context) -> Result<Action, Error> {
         )
         .await?;
         runtime.adopt(tokio::spawn(labels));
+        if let Some(watch) = admission_drift {
+            runtime.adopt(tokio::spawn(watch));
+        }
         tracing::info!(tenant = %name, kinds = ?runtime.kinds, "tenant runtime started");
         ctx.shared.metrics.serving(&name, true);
         running.insert(

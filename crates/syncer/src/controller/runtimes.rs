@@ -7,7 +7,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::channel::mpsc::{UnboundedReceiver, UnboundedSender};
 use kube::ResourceExt;
+use kube::runtime::reflector::ObjectRef;
 use tenantplane_api::Tenant;
 use tokio::sync::Mutex;
 
@@ -24,6 +26,35 @@ use crate::tenant_status::{TenantLedger, flush_loop};
 pub(super) struct Running {
     pub(super) fingerprint: String,
     pub(super) runtime: TenantRuntime,
+}
+
+/// The Tenants to reconcile again at once, sent by the runtimes' watches of the tenant control
+/// planes (a Tenant's admission objects edited there: drift), for the controller's trigger.
+#[derive(Debug)]
+pub(super) struct Wakes {
+    pub(super) send: UnboundedSender<ObjectRef<Tenant>>,
+    receive: std::sync::Mutex<Option<UnboundedReceiver<ObjectRef<Tenant>>>>,
+}
+
+impl Default for Wakes {
+    fn default() -> Self {
+        let (send, receive) = futures::channel::mpsc::unbounded();
+        Wakes {
+            send,
+            receive: std::sync::Mutex::new(Some(receive)),
+        }
+    }
+}
+
+impl Wakes {
+    /// The stream of Tenants to reconcile, for the one controller that runs.
+    pub(super) fn take(&self) -> UnboundedReceiver<ObjectRef<Tenant>> {
+        self.receive
+            .lock()
+            .expect("wakes lock")
+            .take()
+            .expect("one Tenant controller per context")
+    }
 }
 
 /// What is recorded about one Tenant outside its tenant runtime: the ledger (flushed to its
@@ -54,6 +85,7 @@ impl Context {
             running: Mutex::new(HashMap::new()),
             books: Mutex::new(HashMap::new()),
             failures: std::sync::Mutex::new(HashMap::new()),
+            wakes: Wakes::default(),
         })
     }
 

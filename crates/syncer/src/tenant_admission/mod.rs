@@ -43,8 +43,10 @@ use crate::trace;
 use crate::writer::Writer;
 use tenantplane_api::tenant::DriftPolicy;
 
+mod drift_watch;
 mod namespace_labels;
 
+pub use drift_watch::watch_admission_objects;
 pub use namespace_labels::{keep_namespace_labels, remove_namespace_labels};
 
 /// The SyncPolicy a compilation came from: the subject of every tenant-side admission decision.
@@ -149,14 +151,15 @@ pub async fn served(client: &Client) -> Result<(), String> {
 /// Keeps the tenant control plane's admission equal to `admission` (the SyncPolicy and the
 /// IsolationProfile compiled for it), in a span of its own, and sets the `TenantAdmission`
 /// condition. A failure is reported on the condition and logged, and does not stop the sync
-/// (the host side refuses regardless); the next reconcile tries again.
+/// (the host side refuses regardless); the next reconcile tries again. Whether the control plane
+/// serves admission policies at all.
 pub async fn reconcile(
     client: &Client,
     recorder: &DecisionRecorder,
     ledger: &TenantLedger,
     source: &Source,
     admission: &TenantAdmission,
-) {
+) -> bool {
     let span = trace::evaluation_span(
         &source.tenant,
         &format!("{}/{}", tenantplane_api::GROUP, tenantplane_api::VERSION),
@@ -176,7 +179,7 @@ pub async fn reconcile(
                     source.policy
                 ),
             );
-            return;
+            return false;
         }
         match apply(client, recorder, source, admission).await {
             Ok(done) => {
@@ -223,9 +226,10 @@ pub async fn reconcile(
                 );
             }
         }
+        true
     }
     .instrument(span)
-    .await;
+    .await
 }
 
 /// Deletes the Tenant's admission objects from its control plane (the Tenant is being deleted),
@@ -256,6 +260,15 @@ pub async fn remove(
         .pruned)
 }
 
+/// The label selector of the tenantplane objects of the Tenant `tenant` in its control plane.
+fn selector(tenant: &str) -> String {
+    format!(
+        "{}=true,{}={tenant}",
+        provenance::MANAGED,
+        provenance::TENANT
+    )
+}
+
 /// Applies what is not in place and deletes what is no longer compiled, as a [`CompiledSet`]
 /// (see the module documentation).
 async fn apply(
@@ -267,12 +280,7 @@ async fn apply(
     let started = Instant::now();
     let set_source = source.compiled(digest(&json!(admission)));
     let mut resolver = Resolver::default();
-    let selector = format!(
-        "{}=true,{}={}",
-        provenance::MANAGED,
-        provenance::TENANT,
-        source.tenant
-    );
+    let selector = selector(&source.tenant);
     let mut existing = Vec::new();
     for kind in [admission::POLICY_KIND, admission::BINDING_KIND] {
         let api = resolver
