@@ -3,9 +3,10 @@
 //! whose syncing it decides; under mapping v1, the other objects at its host name are queued
 //! too); a host object's event queues the key of the tenant object it was synced from (for the
 //! host Endpoints of our host Service, the tenant Endpoints they flow up into), after the caches
-//! have noted what another hand than this syncer's changed or deleted (the drift check). The watches of
-//! the referenceable kinds that are not synced only fill their stores. The resync queues every
-//! key the caches know of.
+//! have noted what another hand than this syncer's changed or deleted (the drift check; for a
+//! pod's token Secret, [`super::tokens`] notes it, its tokens withheld, and the pod is queued).
+//! The watches of the referenceable kinds that are not synced fill their stores, and queue the
+//! pod of a token Secret the same way. The resync queues every key the caches know of.
 
 use futures::StreamExt;
 use futures::stream::BoxStream;
