@@ -270,7 +270,11 @@ impl CompiledSet<'_> {
             &Verdict::applied(live.is_some(), "HostObjectEdited", String::new()),
             trace::stamp_in(&span, COMPONENT),
         );
-        let decision = reconcile::drift::drifted_decision(base, found, seen.times, self.drift);
+        let mut decision = reconcile::drift::drifted_decision(base, found, seen.times, self.drift);
+        let seen = self
+            .recorder
+            .count_on(&key, &mut decision, seen, self.drift)
+            .await;
         let times = seen.times + 1;
         let input = &self.source.input_digest;
         let drift_id = match (seen.same, seen.drift_id) {

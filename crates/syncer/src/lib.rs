@@ -51,6 +51,8 @@ pub mod shard;
 pub mod tenant;
 pub mod tenant_admission;
 pub mod tenant_status;
+#[cfg(test)]
+mod testing;
 pub mod trace;
 pub mod writer;
 

@@ -29,11 +29,14 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::jiff::Timestamp;
 use kube::Client;
 use kube::runtime::events::{Event, EventType, Reporter};
+use tenantplane_api::tenant::DriftPolicy;
 use tenantplane_core::decision::{Decision, HostTarget, Outcome};
+use tenantplane_decision_log::{Filter, ObjectFilter, Query};
 use tokio::sync::mpsc;
 
 use crate::metrics::SyncMetrics;
-use crate::tenant_status::TenantLedger;
+use crate::reconcile::drift::drifted_decision;
+use crate::tenant_status::{STREAK_WINDOW, Seen, TenantLedger};
 
 /// Events published concurrently to one tenant control plane.
 const EVENT_PUBLISHERS: usize = 16;
@@ -196,6 +199,64 @@ impl DecisionRecorder {
     pub fn carried_out(&self, recorded: Recorded) {
         if let (Some(log), Some(sequence)) = (&self.log, recorded.0) {
             log.carried_out(sequence);
+        }
+    }
+
+    /// `seen`, what the ledger remembers of the drifts in a row of the host object the Drifted
+    /// decision `drifted` is about (ledger key `key`), continued from the decision log when this
+    /// process remembers none: from the last Drifted decision about that host object within the
+    /// streak window, `drifted` made the next of them (under `policy`), so that a restarted
+    /// syncer counts a tug of war on. It reads the log: only for a drift found.
+    pub async fn count_on(
+        &self,
+        key: &str,
+        drifted: &mut Decision,
+        seen: Seen,
+        policy: DriftPolicy,
+    ) -> Seen {
+        let (Some(store), Some(target)) = (
+            self.log.as_ref().and_then(|log| log.store()),
+            drifted.target.as_ref(),
+        ) else {
+            return seen;
+        };
+        if seen.drift_id.is_some() {
+            return seen;
+        }
+        let filter = Filter {
+            tenant: Some(drifted.tenant.clone()),
+            host: ObjectFilter {
+                kind: Some(target.kind.clone()),
+                namespace: Some(target.namespace.clone()),
+                name: Some(target.name.clone()),
+            },
+            outcomes: vec![Outcome::Drifted],
+            since: Some(Timestamp::now() - STREAK_WINDOW),
+            ..Filter::default()
+        };
+        let query = Query {
+            newest_first: true,
+            ..Query::new(filter, 1)
+        };
+        let last = match store.query(query).await {
+            Ok(page) => page.entries.into_iter().next(),
+            Err(e) => {
+                tracing::warn!(error = %e, "reading the last drift of a host object from the decision log");
+                None
+            }
+        };
+        let Some((times, id)) = last.and_then(|e| Some((e.decision.drift?.times, e.decision.id)))
+        else {
+            return seen;
+        };
+        if let Some(drift) = drifted.drift.take() {
+            *drifted = drifted_decision(drifted.clone(), drift, times, policy);
+        }
+        self.ledger.drifted(key, times, None, None, &id);
+        Seen {
+            times,
+            drift_id: Some(id),
+            ..seen
         }
     }
 
@@ -385,5 +446,70 @@ pub fn reference_of(object: &serde_json::Value) -> ObjectReference {
         uid: s("/metadata/uid"),
         resource_version: s("/metadata/resourceVersion"),
         field_path: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::decision;
+    use tenantplane_core::drift::Drift;
+
+    /// The Drifted decision `id`, the `times`th drift in a row of the host ConfigMap.
+    fn drifted(id: &str, times: u32) -> Decision {
+        let edited = Drift {
+            times,
+            ..Drift::deleted()
+        };
+        drifted_decision(
+            decision(id, Outcome::Drifted, ""),
+            edited,
+            times - 1,
+            DriftPolicy::Revert,
+        )
+    }
+
+    #[tokio::test]
+    async fn a_restarted_syncer_counts_a_tug_of_war_on_from_the_decision_log() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite:{}", dir.path().join("decisions.db").display());
+        let before = DecisionRecorder::host_side(
+            TenantLedger::default(),
+            Some(open_log(&url).await.unwrap()),
+            SyncMetrics::default(),
+        );
+        let started = Instant::now();
+        before
+            .record("k", &drifted("d-4", 4), "", None, started)
+            .await
+            .unwrap();
+
+        // The next process: its ledger remembers nothing, its log everything.
+        let after = DecisionRecorder::host_side(
+            TenantLedger::default(),
+            Some(open_log(&url).await.unwrap()),
+            SyncMetrics::default(),
+        );
+        let mut next = drifted("d-next", 1);
+        let seen = after
+            .count_on("k", &mut next, Seen::default(), DriftPolicy::Revert)
+            .await;
+        assert_eq!((seen.times, seen.drift_id.as_deref()), (4, Some("d-4")));
+        assert_eq!(next.drift.as_ref().unwrap().times, 5);
+        assert!(
+            next.message.contains("drifted 5 times in a row"),
+            "{}",
+            next.message
+        );
+        assert_eq!(after.ledger().drift_seen("k", None).times, 4);
+
+        // Without a log, or with a streak in memory, nothing is read.
+        let memoryless =
+            DecisionRecorder::host_side(TenantLedger::default(), None, SyncMetrics::default());
+        let mut alone = drifted("d-alone", 1);
+        let seen = memoryless
+            .count_on("k", &mut alone, Seen::default(), DriftPolicy::Revert)
+            .await;
+        assert_eq!((seen.times, alone.drift.unwrap().times), (0, 1));
     }
 }

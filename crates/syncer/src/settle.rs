@@ -168,45 +168,10 @@ async fn get(cluster: &kube::Client, target: &HostTarget) -> anyhow::Result<Opti
 mod tests {
     use super::*;
     use serde_json::json;
-    use tenantplane_core::decision::{Outcome, Subject};
+    use tenantplane_core::decision::Outcome;
 
     fn create(id: &str) -> Decision {
-        Decision {
-            id: id.into(),
-            time: k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
-            tenant: "acme".into(),
-            subject: Subject {
-                api_version: "v1".into(),
-                kind: "ConfigMap".into(),
-                namespace: "web".into(),
-                name: "cfg".into(),
-                uid: "u".into(),
-                resource_version: "1".into(),
-            },
-            target: Some(HostTarget {
-                api_version: "v1".into(),
-                kind: "ConfigMap".into(),
-                namespace: "tenant-acme".into(),
-                name: "cfg-x-web".into(),
-            }),
-            outcome: Outcome::Synced,
-            action: HostAction::Create,
-            policy: None,
-            profile: None,
-            reason: "DefaultSync".into(),
-            message: "m".into(),
-            field_path: None,
-            stripped_keys: vec![],
-            input_digest: String::new(),
-            mapping_version: "v1".into(),
-            component: COMPONENT.into(),
-            component_version: "0".into(),
-            trace_id: None,
-            span_id: None,
-            closes: None,
-            tokens: Vec::new(),
-            drift: None,
-        }
+        crate::testing::decision(id, Outcome::Synced, "DefaultSync")
     }
 
     fn host(id: &str) -> Value {

@@ -46,7 +46,7 @@ struct LedgerState {
 }
 
 /// Drifts of one host object closer together than this are one tug of war.
-const STREAK_WINDOW: Duration = Duration::from_secs(600);
+pub const STREAK_WINDOW: Duration = Duration::from_secs(600);
 
 /// The drifts in a row of one host object.
 #[derive(Debug)]
@@ -489,41 +489,10 @@ pub async fn flush_loop(
 mod tests {
     use super::*;
     use crate::record::COMPONENT;
-    use tenantplane_core::decision::{HostAction, Stamp, Subject};
+    use tenantplane_core::decision::Stamp;
 
     fn decision(outcome: Outcome, reason: &str) -> Decision {
-        let stamp = Stamp::now(COMPONENT);
-        Decision {
-            id: stamp.id,
-            time: stamp.time,
-            tenant: "acme".into(),
-            subject: Subject {
-                api_version: "v1".into(),
-                kind: "Pod".into(),
-                namespace: "web".into(),
-                name: "p".into(),
-                uid: String::new(),
-                resource_version: String::new(),
-            },
-            target: None,
-            outcome,
-            action: HostAction::None,
-            policy: None,
-            profile: None,
-            reason: reason.into(),
-            message: "m".into(),
-            field_path: None,
-            stripped_keys: vec![],
-            input_digest: String::new(),
-            mapping_version: "v1".into(),
-            component: COMPONENT.into(),
-            component_version: "0".into(),
-            trace_id: None,
-            span_id: None,
-            closes: None,
-            tokens: Vec::new(),
-            drift: None,
-        }
+        crate::testing::decision(&Stamp::now(COMPONENT).id, outcome, reason)
     }
 
     #[test]

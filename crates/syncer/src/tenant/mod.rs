@@ -273,6 +273,13 @@ impl Worker {
             (host_change, seen.times),
         );
         if step.decision.outcome == Outcome::Drifted {
+            let mut step = step;
+            let k = self.caches.key_string(key);
+            let policy = self.tenant.spec.drift;
+            let seen = self
+                .recorder
+                .count_on(&k, &mut step.decision, seen, policy)
+                .await;
             self.drift(key, object, step, change, seen, &live, started)
                 .await;
             return;

@@ -543,7 +543,7 @@ impl Worker {
         let version = super::drift::version_of(&change);
         let seen = self.recorder.ledger().drift_seen(k, version.as_deref());
         let policy = self.tenant.spec.drift;
-        let drifted = reconcile::tokens::drifted(
+        let mut drifted = reconcile::tokens::drifted(
             &self.caches.placement,
             pod,
             secret,
@@ -552,6 +552,7 @@ impl Worker {
             policy,
             trace::stamp_in(&tracing::Span::current(), COMPONENT),
         );
+        let seen = self.recorder.count_on(k, &mut drifted, seen, policy).await;
         let content = reconcile::observed_digest(&pod.object);
         let regarding = Some(reference_of(&pod.object));
         let uid = super::drift::uid_of(&change);
