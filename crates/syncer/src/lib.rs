@@ -37,6 +37,7 @@ pub mod checkpoint;
 pub mod compiled_set;
 pub mod controller;
 pub mod discovery;
+pub mod host_watches;
 pub mod isolation;
 pub mod metrics;
 pub mod planner;
@@ -189,6 +190,7 @@ impl Syncer {
         };
         let shared = Arc::new(tenant::Shared {
             log_start,
+            host_watches: host_watches::HostWatches::new(host.clone()),
             host,
             host_writer: writer::Writer::host(Arc::new(ratelimit::RateLimiter::new(
                 config.host_qps,

@@ -105,6 +105,8 @@ impl Default for Tuning {
 pub struct Shared {
     /// Host cluster client.
     pub host: Client,
+    /// The host watches every tenant runtime shares: one per kind.
+    pub host_watches: crate::host_watches::HostWatches,
     /// Every write to the host goes through it (under the host rate limit, all tenants
     /// together).
     pub host_writer: Writer,

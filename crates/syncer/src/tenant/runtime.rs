@@ -1,5 +1,6 @@
 //! A Tenant's runtime: started with the stores of its synced and referenceable kinds on both
-//! sides, their watches, its workers and the resync timer (nothing is decided before every
+//! sides, their watches (on the host, its namespace's share of the replica's watch of each kind:
+//! [`crate::host_watches`]), its workers and the resync timer (nothing is decided before every
 //! store has listed and the open host actions of an earlier life are settled); stopped when it
 //! is dropped.
 
@@ -73,6 +74,7 @@ pub async fn start(
     for (index, (ar, caps)) in kinds.iter().enumerate() {
         let tenant_api = Api::<DynamicObject>::all_with(tenant_client.clone(), ar);
         let host_api = Api::<DynamicObject>::namespaced_with(shared.host.clone(), &host_ns, ar);
+        let host_events = shared.host_watches.subscribe(ar, &host_ns);
         let tenant_writer = reflector::store::Writer::new(ar.clone());
         let host_writer = reflector::store::Writer::new(ar.clone());
         kind_table.push(Kind {
@@ -86,7 +88,7 @@ pub async fn start(
         kind_watches.push(watches::KindWatches {
             index,
             tenant: (tenant_api, tenant_writer),
-            host: (host_api, host_writer),
+            host: (host_events, host_writer),
         });
     }
     let mut referenced = Vec::new();
@@ -101,8 +103,8 @@ pub async fn start(
         let ar = ApiResource::from_gvk(&kube::core::GroupVersionKind::gvk(group, "v1", kind));
         let writer = reflector::store::Writer::new(ar.clone());
         referenced.push((ar.clone(), writer.as_reader()));
-        let api = Api::<DynamicObject>::namespaced_with(shared.host.clone(), &host_ns, &ar);
-        reference_watches.push((ar, api, writer));
+        let events = shared.host_watches.subscribe(&ar, &host_ns);
+        reference_watches.push((ar, events, writer));
     }
     let tuning = shared.tuning.clone();
     let metrics = shared.metrics.clone();

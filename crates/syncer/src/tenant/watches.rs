@@ -8,8 +8,8 @@
 //! The watches of the referenceable kinds that are not synced fill their stores, and queue the
 //! pod of a token Secret the same way. The resync queues every key the caches know of.
 
-use futures::StreamExt;
 use futures::stream::BoxStream;
+use futures::{Stream, StreamExt};
 use kube::ResourceExt;
 use kube::api::{Api, DynamicObject};
 use kube::core::ApiResource;
@@ -20,17 +20,21 @@ use tokio::task::JoinHandle;
 
 use super::caches::{trim_host_object, trim_tenant_object, type_meta};
 use super::{Key, Worker};
+use crate::host_watches::{HostEvents, Subscription};
+
+/// The host namespace's share of the replica's watch of one host kind, while subscribed.
+pub(super) type HostShare = (Subscription, HostEvents);
 
 /// The watches of one synced kind, by its index: in the tenant control plane and in the host
 /// namespace, each with the writer of its store.
 pub(super) struct KindWatches {
     pub(super) index: usize,
     pub(super) tenant: (Api<DynamicObject>, Writer<DynamicObject>),
-    pub(super) host: (Api<DynamicObject>, Writer<DynamicObject>),
+    pub(super) host: (HostShare, Writer<DynamicObject>),
 }
 
 /// The host watch of a referenceable kind that is not synced, with the writer of its store.
-pub(super) type ReferenceWatch = (ApiResource, Api<DynamicObject>, Writer<DynamicObject>);
+pub(super) type ReferenceWatch = (ApiResource, HostShare, Writer<DynamicObject>);
 
 /// Starts the watches; their tasks run until aborted.
 pub(super) fn spawn(
@@ -42,13 +46,14 @@ pub(super) fn spawn(
     for KindWatches {
         index,
         tenant: (tenant_api, tenant_writer),
-        host: (host_api, host_writer),
+        host: ((subscription, host_events), host_writer),
     } in kinds
     {
         let w = worker.clone();
         let types = type_meta(&w.caches.kind(index).ar);
         tasks.push(tokio::spawn(async move {
-            let mut events = stored(tenant_api, tenant_writer, move |obj| {
+            let watch = watcher(tenant_api, watcher::Config::default()).default_backoff();
+            let mut events = stored(watch, tenant_writer, move |obj| {
                 trim_tenant_object(&types, obj)
             });
             while let Some(event) = events.next().await {
@@ -67,7 +72,8 @@ pub(super) fn spawn(
         let ar = w.caches.kind(index).ar.clone();
         let types = type_meta(&ar);
         tasks.push(tokio::spawn(async move {
-            let mut events = stored(host_api, host_writer, move |obj| {
+            let _subscribed = subscription;
+            let mut events = stored(host_events.map(Ok), host_writer, move |obj| {
                 obj.types.get_or_insert_with(|| types.clone());
                 if !noting.note_token_secret(&ar, obj) {
                     noting.caches.note_host_object(index, obj);
@@ -95,12 +101,13 @@ pub(super) fn spawn(
             }
         }));
     }
-    for (ar, api, writer) in references {
+    for (ar, (subscription, events), writer) in references {
         let w = worker.clone();
         let (noting, noted) = (worker.clone(), ar.clone());
         let types = type_meta(&ar);
         tasks.push(tokio::spawn(async move {
-            let mut events = stored(api, writer, move |obj| {
+            let _subscribed = subscription;
+            let mut events = stored(events.map(Ok), writer, move |obj| {
                 obj.types.get_or_insert_with(|| types.clone());
                 noting.note_token_secret(&noted, obj);
                 trim_host_object(&types, obj)
@@ -136,16 +143,15 @@ enum Touched {
     Deleted(DynamicObject),
 }
 
-/// The objects a watch of `api` touches, each `trim`med and then kept in the store of `writer`.
-/// (The store is swapped in whole when a list completes: until then, a listed object is not in
-/// it, which is why a delete is told by its event, never by the store's absence.)
+/// The objects the watch events `watch` touch, each `trim`med and then kept in the store of
+/// `writer`. (The store is swapped in whole when a list completes: until then, a listed object
+/// is not in it, which is why a delete is told by its event, never by the store's absence.)
 fn stored(
-    api: Api<DynamicObject>,
+    watch: impl Stream<Item = Result<watcher::Event<DynamicObject>, watcher::Error>> + Send + 'static,
     writer: Writer<DynamicObject>,
     trim: impl FnMut(&mut DynamicObject) + Send + 'static,
 ) -> BoxStream<'static, Result<Touched, watcher::Error>> {
-    watcher(api, watcher::Config::default())
-        .default_backoff()
+    watch
         .modify(trim)
         .reflect(writer)
         .filter_map(|event| {
