@@ -326,6 +326,29 @@ async fn clean_up(
     Ok(())
 }
 
+/// CPU time (user + system, all threads) the process `pid` has used so far, in seconds; from
+/// `/proc/PID/stat`, whose times are in USER_HZ ticks (100 per second on Linux).
+pub fn process_cpu_secs(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The fields after the command name (which may hold spaces) start with the state, field 3;
+    // utime and stime are fields 14 and 15.
+    let mut fields = stat.rsplit_once(") ")?.1.split_whitespace().skip(11);
+    let ticks: u64 = fields.next()?.parse::<u64>().ok()? + fields.next()?.parse::<u64>().ok()?;
+    Some(ticks as f64 / 100.0)
+}
+
+/// The planner service on loopback, in this process (for the benches' syncer processes).
+pub async fn start_planner() -> anyhow::Result<std::net::SocketAddr> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let planner_addr = listener.local_addr()?;
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(tenantplane_grpc::PlannerService::new().into_server())
+            .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
+    );
+    Ok(planner_addr)
+}
+
 /// How long to wait for convergence.
 pub fn timeout() -> Duration {
     Duration::from_secs(
