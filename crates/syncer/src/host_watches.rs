@@ -10,7 +10,7 @@
 //!
 //! A runtime that subscribes gets the objects of its namespace from the next list of the kind:
 //! the hub lists again (a new watch) once the list under way is done, waiting a moment so that
-//! runtimes starting together share one list. Until then, and between lists, a subscriber gets
+//! runtimes starting together share one list, and at most once a second. Until then, and between lists, a subscriber gets
 //! nothing; from that list on it gets a list of its own namespace (`Init`, its objects,
 //! `InitDone`) each time the kind is listed again, and every change in between. Objects of
 //! namespaces no runtime serves are dropped on arrival.
@@ -30,6 +30,9 @@ use tokio::sync::Notify;
 
 /// How long a hub waits, once a runtime subscribed, for others before it lists again.
 const GATHER_SUBSCRIBERS: Duration = Duration::from_millis(250);
+/// The shortest time between the starts of two lists of a kind: runtimes starting one after
+/// another (a replica's start) share lists rather than each costing the host one.
+const LIST_INTERVAL: Duration = Duration::from_secs(1);
 
 /// The events of one host namespace, for the runtime that serves it.
 pub type HostEvents = UnboundedReceiver<watcher::Event<DynamicObject>>;
@@ -201,13 +204,15 @@ impl Hub {
 /// (a new list) once the list under way is done when runtimes subscribed since it began.
 async fn run(hub: Arc<Hub>, api: Api<DynamicObject>, kind: String) {
     loop {
+        let started = tokio::time::Instant::now();
         let mut events = watcher(api.clone(), watcher::Config::default())
             .default_backoff()
             .boxed();
         let (mut listing, mut listed_joins, mut pending) = (true, 0, false);
         loop {
             if pending && !listing {
-                tokio::time::sleep(GATHER_SUBSCRIBERS).await;
+                let gathered = tokio::time::Instant::now() + GATHER_SUBSCRIBERS;
+                tokio::time::sleep_until(gathered.max(started + LIST_INTERVAL)).await;
                 break;
             }
             tokio::select! {
