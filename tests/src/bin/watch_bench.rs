@@ -229,6 +229,8 @@ async fn measure(
             .context("no parent directory")?
             .join("tenantplane-syncer"),
     };
+    // The syncer's log, kept for a look when a count goes wrong.
+    let log = std::env::temp_dir().join(format!("{run}-syncer.log"));
     let mut syncer = tokio::process::Command::new(&syncer_bin)
         .arg("--grpc-addr")
         .arg("127.0.0.1:0")
@@ -240,6 +242,7 @@ async fn measure(
         .arg(format!("http://{planner}"))
         .env("TENANTPLANE_LOG", "warn")
         .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
+        .stderr(std::fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?)
         .kill_on_drop(true)
         .spawn()
         .with_context(|| format!("starting {} (build it first)", syncer_bin.display()))?;
@@ -251,7 +254,11 @@ async fn measure(
         let next = tokio::time::timeout_at((started.0 + deadline).into(), arrivals.next())
             .await
             .with_context(|| {
-                format!("{} of {expected} host objects after 10 minutes", seen.len())
+                format!(
+                    "{} of {expected} host objects after 10 minutes (the syncer's log: {})",
+                    seen.len(),
+                    log.display()
+                )
             })?;
         match next {
             Some(Ok(cm)) => {

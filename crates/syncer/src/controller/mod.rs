@@ -240,25 +240,49 @@ async fn reconcile_tenant(tenant: &Arc<Tenant>, ctx: &Arc<Context>) -> Result<Ac
         // Resolved once and written down, so that it never changes under the tenant: v1 for a
         // Tenant an earlier syncer served (its host objects are named by v1), v2 for a new one.
         // The spec change brings the Tenant back here.
-        api.patch(
-            tenant.name(),
-            &kube::api::PatchParams::default(),
-            &kube::api::Patch::Merge(json!({
-                "metadata": {"resourceVersion": tenant.resource_version()},
-                "spec": {"mappingVersion": tenant.mapping_version()},
-            })),
-        )
-        .await
-        .with_context(|| format!("setting spec.mappingVersion of Tenant {}", tenant.name()))?;
-        return Ok(Action::await_change());
+        let patched = api
+            .patch(
+                tenant.name(),
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(json!({
+                    "metadata": {"resourceVersion": tenant.resource_version()},
+                    "spec": {"mappingVersion": tenant.mapping_version()},
+                })),
+            )
+            .await;
+        return match patched {
+            Ok(_) => Ok(Action::await_change()),
+            Err(e) if changed_since_read(&e) => Ok(Action::requeue(STALE_TENANT_RETRY)),
+            Err(e) => Err(anyhow::Error::from(e)
+                .context(format!(
+                    "setting spec.mappingVersion of Tenant {}",
+                    tenant.name()
+                ))
+                .into()),
+        };
     }
     if !ours {
         // A merge patch carrying the resourceVersion: applied only to the Tenant as read.
         let mut all: Vec<&str> = finalizers.iter().map(String::as_str).collect();
         all.push(FINALIZER);
-        set_finalizers(&api, tenant, json!(all)).await?;
+        match set_finalizers(&api, tenant, json!(all)).await {
+            Err(e) if e.downcast_ref().is_some_and(changed_since_read) => {
+                return Ok(Action::requeue(STALE_TENANT_RETRY));
+            }
+            done => done?,
+        }
     }
     apply(tenant, ctx).await
+}
+
+/// How soon a Tenant is reconciled again when it changed since the controller's copy was read
+/// (its status, which this syncer writes, mostly): the copy catches up at once.
+const STALE_TENANT_RETRY: Duration = Duration::from_millis(200);
+
+/// Whether a write failed on its resourceVersion precondition (409): the object changed since
+/// it was read.
+fn changed_since_read(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(status) if status.code == 409)
 }
 
 async fn set_finalizers(
