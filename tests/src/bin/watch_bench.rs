@@ -26,12 +26,13 @@
 //!   and the host API server's CPU (`--host-pids`: it and its storage) over that window divided by
 //!   objects × N;
 //! - **at rest**: the host API server's CPU over `--rest-secs` once `--settle-secs` have passed
-//!   after the last arrival, in cores.
+//!   after the last arrival, in cores, and the host's busiest requests over that window
+//!   (`apiserver_request_total` by verb and resource, per second).
 //!
 //! Then the Tenants are deleted while the syncer runs (it removes their host objects), and the
 //! rest of what the run made.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -83,6 +84,8 @@ struct Args {
 struct Figures {
     tenants: usize,
     watches: f64,
+    /// The host's requests per second at rest, by verb and resource, the busiest first.
+    rest_requests: Vec<(String, f64)>,
     synced_secs: f64,
     cpu_per_object_ms: f64,
     rest_cores: f64,
@@ -96,19 +99,35 @@ fn host_cpu(args: &Args) -> f64 {
         .sum()
 }
 
-/// The watch requests the API server of `client` holds open now.
-async fn open_watches(client: &kube::Client) -> anyhow::Result<f64> {
+/// The host's `/metrics` now: the watch requests it holds open, and its requests served so far
+/// by verb and resource.
+async fn host_metrics(client: &kube::Client) -> anyhow::Result<(f64, BTreeMap<String, f64>)> {
     let text = client
         .request_text(http::Request::get("/metrics").body(Vec::new())?)
         .await
         .context("reading the host's /metrics")?;
-    Ok(text
+    let value = |l: &str| l.rsplit_once(' ').and_then(|(_, v)| v.parse::<f64>().ok());
+    let watches = text
         .lines()
         .filter(|l| {
             l.starts_with("apiserver_longrunning_requests{") && l.contains("verb=\"WATCH\"")
         })
-        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
-        .sum())
+        .filter_map(value)
+        .sum();
+    let mut requests = BTreeMap::new();
+    for line in text
+        .lines()
+        .filter(|l| l.starts_with("apiserver_request_total{"))
+    {
+        let label = |key: &str| {
+            line.split_once(&format!("{key}=\""))
+                .and_then(|(_, rest)| rest.split_once('"'))
+                .map_or("", |(v, _)| v)
+        };
+        let what = format!("{} {}", label("verb"), label("resource"));
+        *requests.entry(what).or_default() += value(line).unwrap_or(0.0);
+    }
+    Ok((watches, requests))
 }
 
 async fn cluster(path: &std::path::Path) -> anyhow::Result<Cluster> {
@@ -152,6 +171,12 @@ async fn main() -> anyhow::Result<()> {
             f.cpu_per_object_ms,
             f.rest_cores
         );
+        let busiest: Vec<String> = f
+            .rest_requests
+            .iter()
+            .map(|(what, rate)| format!("{what} {rate:.2}/s"))
+            .collect();
+        println!("       host requests at rest: {}", busiest.join(", "));
         all.push(f);
     }
     if let Some(first) = all.first() {
@@ -221,7 +246,7 @@ async fn measure(
     )
     .applied_objects();
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let watches_before = open_watches(&host.client).await?;
+    let (watches_before, _) = host_metrics(&host.client).await?;
     let syncer_bin = match &args.syncer {
         Some(p) => p.clone(),
         None => std::env::current_exe()?
@@ -270,16 +295,29 @@ async fn measure(
     }
     let synced = (Instant::now(), host_cpu(args));
     tokio::time::sleep(Duration::from_secs_f64(args.settle_secs)).await;
+    let (_, requests_before) = host_metrics(&host.client).await?;
     let rest = host_cpu(args);
     tokio::time::sleep(Duration::from_secs_f64(args.rest_secs)).await;
     let rested = host_cpu(args);
-    let watches = open_watches(&host.client).await? - watches_before;
+    let (watches, requests) = host_metrics(&host.client).await?;
+    let watches = watches - watches_before;
+    let mut rest_requests: Vec<(String, f64)> = requests
+        .into_iter()
+        .map(|(what, n)| {
+            let before = requests_before.get(&what).copied().unwrap_or(0.0);
+            (what, (n - before) / args.rest_secs)
+        })
+        .filter(|(_, rate)| *rate > 0.0)
+        .collect();
+    rest_requests.sort_by(|a, b| b.1.total_cmp(&a.1));
+    rest_requests.truncate(5);
     // The Tenants go while the syncer runs: it removes their host objects and finalizers.
     remove_tenants(host, run, count).await?;
     syncer.kill().await.ok();
     Ok(Figures {
         tenants: count,
         watches,
+        rest_requests,
         synced_secs: (synced.0 - started.0).as_secs_f64(),
         cpu_per_object_ms: (synced.1 - started.1) * 1000.0 / expected as f64,
         rest_cores: (rested - rest) / args.rest_secs,
