@@ -377,7 +377,7 @@ struct Explainer<'a> {
     shared: &'a SharedNames,
     output: OutputFormat,
     /// What the tenant's pods see of its cluster on the host, and its Services there.
-    pods: (&'a TenantWorld, &'a PodInputs<'a>),
+    pods: (&'a TenantWorld, &'a PodInputs),
 }
 
 /// One document explained: its row, or its plan held until the objects it shares a v1 host name
@@ -818,27 +818,25 @@ fn host_service_addresses(
 /// the host as its SyncPolicy and the host Services' cluster IPs (from `--host` or
 /// `--host-kubeconfig`) say, as the syncer finds them in its stores; and its ServiceAccounts
 /// (whether they mount tokens).
-struct PodInputs<'a> {
-    /// The tenant Services by namespace, each ordered by name.
-    by_namespace: BTreeMap<String, Vec<serde_json::Value>>,
+struct PodInputs {
+    /// The tenant Services by namespace, each ordered by name, placed once: every pod of the
+    /// namespace sees them all.
+    by_namespace: BTreeMap<String, Vec<TenantService>>,
     /// The tenant ServiceAccounts by (namespace, name).
     accounts: HashMap<(String, String), serde_json::Value>,
-    /// Host Service cluster IPs by host name.
-    host_addresses: HashMap<String, String>,
-    planner: &'a Planner,
     /// Whether the SyncPolicy syncs Services at all.
     watched: bool,
 }
 
-impl<'a> PodInputs<'a> {
+impl PodInputs {
     /// From the Services and ServiceAccounts among the inputs (`objects`).
     fn new(
         objects: Vec<serde_json::Value>,
         host_addresses: HashMap<String, String>,
-        planner: &'a Planner,
+        planner: &Planner,
         watched: bool,
     ) -> Self {
-        let mut by_namespace: BTreeMap<String, Vec<serde_json::Value>> = BTreeMap::new();
+        let mut by_namespace: BTreeMap<String, Vec<TenantService>> = BTreeMap::new();
         let mut accounts = HashMap::new();
         for object in objects {
             let namespace = metadata_field(&object, "namespace").to_string();
@@ -846,30 +844,25 @@ impl<'a> PodInputs<'a> {
                 let name = metadata_field(&object, "name").to_string();
                 accounts.insert((namespace, name), object);
             } else {
-                by_namespace.entry(namespace).or_default().push(object);
+                let host_name = planner.placement().host_name(
+                    "",
+                    "Service",
+                    &namespace,
+                    metadata_field(&object, "name"),
+                );
+                let ip = host_addresses.get(&host_name).map(String::as_str);
+                let service = TenantService::placed(&object, ip, planner.policy());
+                by_namespace.entry(namespace).or_default().push(service);
             }
         }
         for services in by_namespace.values_mut() {
-            services.sort_by(|a, b| metadata_field(a, "name").cmp(metadata_field(b, "name")));
+            services.sort_by(|a, b| a.name.cmp(&b.name));
         }
         PodInputs {
             by_namespace,
             accounts,
-            host_addresses,
-            planner,
             watched,
         }
-    }
-
-    fn placed(&self, service: &serde_json::Value) -> TenantService {
-        let host_name = self.planner.placement().host_name(
-            "",
-            "Service",
-            metadata_field(service, "namespace"),
-            metadata_field(service, "name"),
-        );
-        let ip = self.host_addresses.get(&host_name).map(String::as_str);
-        TenantService::placed(service, ip, self.planner.policy())
     }
 }
 
@@ -880,22 +873,20 @@ fn metadata_field<'v>(object: &'v serde_json::Value, field: &str) -> &'v str {
         .unwrap_or_default()
 }
 
-impl TenantServices for PodInputs<'_> {
+impl TenantServices for PodInputs {
     fn service(&self, namespace: &str, name: &str) -> Option<TenantService> {
         self.by_namespace
             .get(namespace)?
             .iter()
-            .find(|s| metadata_field(s, "name") == name)
-            .map(|s| self.placed(s))
+            .find(|s| s.name == name)
+            .cloned()
     }
 
     fn services_in(&self, namespace: &str) -> Vec<TenantService> {
         self.by_namespace
             .get(namespace)
-            .into_iter()
-            .flatten()
-            .map(|s| self.placed(s))
-            .collect()
+            .cloned()
+            .unwrap_or_default()
     }
 
     fn known(&self) -> Result<(), String> {
