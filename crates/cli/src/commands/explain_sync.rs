@@ -15,6 +15,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::rc::Rc;
 
 use anyhow::Context;
 use serde::Serialize;
@@ -377,7 +378,7 @@ struct Explainer<'a> {
     shared: &'a SharedNames,
     output: OutputFormat,
     /// What the tenant's pods see of its cluster on the host, and its Services there.
-    pods: (&'a TenantWorld, &'a PodInputs<'a>),
+    pods: (&'a TenantWorld, &'a PodInputs),
 }
 
 /// One document explained: its row, or its plan held until the objects it shares a v1 host name
@@ -400,7 +401,14 @@ struct Held {
     decision: Option<Decision>,
     plan: Plan,
     references: Vec<Reference>,
-    pod: Option<PodWorld>,
+    pod: Option<SeenPod>,
+}
+
+/// A created pod's world, and the line that describes it (in the plan's message and the table's
+/// last section), made once.
+struct SeenPod {
+    world: PodWorld,
+    line: String,
 }
 
 impl Explainer<'_> {
@@ -455,7 +463,7 @@ impl Explainer<'_> {
         object: &TenantObject,
         plan: Plan,
         decision: Option<Decision>,
-        pod: Option<PodWorld>,
+        pod: Option<SeenPod>,
     ) -> Explanation {
         let at_apply = self.admission.at_apply(object, &plan);
         // A held plan settled otherwise creates no host pod.
@@ -466,11 +474,11 @@ impl Explainer<'_> {
                 Planned {
                     decision,
                     plan,
-                    pod,
+                    pod: pod.map(|p| p.world),
                 },
                 at_apply,
             )),
-            None => Row::planned_cells(&object.identity, &plan, at_apply, pod.as_ref()),
+            None => Row::planned_cells(&object.identity, &plan, at_apply, pod.map(|p| p.line)),
         })
     }
 
@@ -505,7 +513,7 @@ impl Explainer<'_> {
 
     /// For a pod whose host pod the plan creates: its world, which the plan's message says as the
     /// syncer's decision does.
-    fn pod_world(&self, object: &TenantObject, plan: &mut Plan) -> Option<PodWorld> {
+    fn pod_world(&self, object: &TenantObject, plan: &mut Plan) -> Option<SeenPod> {
         let id = &object.identity;
         let created = plan.outcome == Outcome::Synced && plan.action == HostAction::Create;
         if !(created && id.group().is_empty() && id.kind == "Pod") {
@@ -527,8 +535,9 @@ impl Explainer<'_> {
             &plan.placement.name,
             inputs,
         );
-        plan.message = format!("{}; {}", plan.message, pod.describe());
-        Some(pod)
+        let line = pod.describe();
+        plan.message = format!("{}; {line}", plan.message);
+        Some(SeenPod { world: pod, line })
     }
 
     fn row(&self, explained: &Explained) -> Row {
@@ -598,7 +607,7 @@ struct Rows<'n> {
     /// The rows after the last one written, `None` for a held plan's.
     waiting: VecDeque<Option<Row>>,
     /// The rest of each held plan's row, by position.
-    held_rows: HashMap<usize, (String, TenantObject, Option<Decision>, Option<PodWorld>)>,
+    held_rows: HashMap<usize, (String, TenantObject, Option<Decision>, Option<SeenPod>)>,
 }
 
 impl<'n> Rows<'n> {
@@ -701,7 +710,7 @@ async fn explain_remote(
         .await
         .with_context(|| format!("planning on the planner at {address}"))?;
     let mut planned = planned.into_iter().zip(&valid).map(|(mut p, object)| {
-        let pod = explainer.pod_world(object, &mut p.plan);
+        let pod = explainer.pod_world(object, &mut p.plan).map(|p| p.world);
         let drift = explainer.drift(object, &mut p.plan);
         if pod.is_some() || drift.is_some() {
             p.plan.restate(&mut p.decision);
@@ -818,27 +827,25 @@ fn host_service_addresses(
 /// the host as its SyncPolicy and the host Services' cluster IPs (from `--host` or
 /// `--host-kubeconfig`) say, as the syncer finds them in its stores; and its ServiceAccounts
 /// (whether they mount tokens).
-struct PodInputs<'a> {
-    /// The tenant Services by namespace, each ordered by name.
-    by_namespace: BTreeMap<String, Vec<serde_json::Value>>,
+struct PodInputs {
+    /// The tenant Services by namespace, each ordered by name, placed once: every pod of the
+    /// namespace sees them all.
+    by_namespace: BTreeMap<String, Vec<TenantService>>,
     /// The tenant ServiceAccounts by (namespace, name).
     accounts: HashMap<(String, String), serde_json::Value>,
-    /// Host Service cluster IPs by host name.
-    host_addresses: HashMap<String, String>,
-    planner: &'a Planner,
     /// Whether the SyncPolicy syncs Services at all.
     watched: bool,
 }
 
-impl<'a> PodInputs<'a> {
+impl PodInputs {
     /// From the Services and ServiceAccounts among the inputs (`objects`).
     fn new(
         objects: Vec<serde_json::Value>,
         host_addresses: HashMap<String, String>,
-        planner: &'a Planner,
+        planner: &Planner,
         watched: bool,
     ) -> Self {
-        let mut by_namespace: BTreeMap<String, Vec<serde_json::Value>> = BTreeMap::new();
+        let mut by_namespace: BTreeMap<String, Vec<TenantService>> = BTreeMap::new();
         let mut accounts = HashMap::new();
         for object in objects {
             let namespace = metadata_field(&object, "namespace").to_string();
@@ -846,30 +853,25 @@ impl<'a> PodInputs<'a> {
                 let name = metadata_field(&object, "name").to_string();
                 accounts.insert((namespace, name), object);
             } else {
-                by_namespace.entry(namespace).or_default().push(object);
+                let host_name = planner.placement().host_name(
+                    "",
+                    "Service",
+                    &namespace,
+                    metadata_field(&object, "name"),
+                );
+                let ip = host_addresses.get(&host_name).map(String::as_str);
+                let service = TenantService::placed(&object, ip, planner.policy());
+                by_namespace.entry(namespace).or_default().push(service);
             }
         }
         for services in by_namespace.values_mut() {
-            services.sort_by(|a, b| metadata_field(a, "name").cmp(metadata_field(b, "name")));
+            services.sort_by(|a, b| a.name.cmp(&b.name));
         }
         PodInputs {
             by_namespace,
             accounts,
-            host_addresses,
-            planner,
             watched,
         }
-    }
-
-    fn placed(&self, service: &serde_json::Value) -> TenantService {
-        let host_name = self.planner.placement().host_name(
-            "",
-            "Service",
-            metadata_field(service, "namespace"),
-            metadata_field(service, "name"),
-        );
-        let ip = self.host_addresses.get(&host_name).map(String::as_str);
-        TenantService::placed(service, ip, self.planner.policy())
     }
 }
 
@@ -880,22 +882,20 @@ fn metadata_field<'v>(object: &'v serde_json::Value, field: &str) -> &'v str {
         .unwrap_or_default()
 }
 
-impl TenantServices for PodInputs<'_> {
+impl TenantServices for PodInputs {
     fn service(&self, namespace: &str, name: &str) -> Option<TenantService> {
         self.by_namespace
             .get(namespace)?
             .iter()
-            .find(|s| metadata_field(s, "name") == name)
-            .map(|s| self.placed(s))
+            .find(|s| s.name == name)
+            .cloned()
     }
 
     fn services_in(&self, namespace: &str) -> Vec<TenantService> {
         self.by_namespace
             .get(namespace)
-            .into_iter()
-            .flatten()
-            .map(|s| self.placed(s))
-            .collect()
+            .cloned()
+            .unwrap_or_default()
     }
 
     fn known(&self) -> Result<(), String> {
@@ -1053,13 +1053,13 @@ impl Row {
         subject: &SourceIdentity,
         plan: &Plan,
         at_apply: Option<AtApply>,
-        pod: Option<&PodWorld>,
+        pod: Option<String>,
     ) -> Row {
         let source = format!("{}/{}/{}", subject.kind, subject.namespace, subject.name);
         Row {
             text: RowText::Cells(plan_cells(source.clone(), plan)),
             refused: at_apply.map(|at_apply| (source.clone(), at_apply)),
-            pod: pod.map(|pod| (source, pod.describe())),
+            pod: pod.map(|line| (source, line)),
             counted: Counted::Outcome(plan.outcome),
         }
     }
@@ -1207,7 +1207,7 @@ struct Report<W: Write> {
     output: OutputFormat,
     table: Table,
     refused: Vec<(String, AtApply)>,
-    pods: Vec<(String, String)>,
+    pods: PodWorlds,
     tally: Tally,
 }
 
@@ -1220,7 +1220,7 @@ impl<W: Write> Report<W> {
             output,
             table,
             refused: Vec::new(),
-            pods: Vec::new(),
+            pods: PodWorlds::default(),
             tally: Tally::default(),
         }
     }
@@ -1229,7 +1229,9 @@ impl<W: Write> Report<W> {
         let first = self.tally.documents == 0;
         self.tally.count(row.counted);
         self.refused.extend(row.refused);
-        self.pods.extend(row.pod);
+        if let Some((subject, line)) = row.pod {
+            self.pods.push(subject, line);
+        }
         match row.text {
             RowText::Cells(cells) => self.table.push(cells),
             RowText::Element(element) if self.output == OutputFormat::Json => {
@@ -1248,7 +1250,7 @@ impl<W: Write> Report<W> {
             OutputFormat::Table => {
                 self.table.write(&mut self.out)?;
                 write_tenant_admission(&mut self.out, &self.refused)?;
-                write_pod_worlds(&mut self.out, &self.pods)?;
+                self.pods.write(&mut self.out)?;
             }
             OutputFormat::Json => self.out.write_all(if empty { b"[]\n" } else { b"\n]\n" })?,
             OutputFormat::Yaml if empty => self.out.write_all(b"[]\n")?,
@@ -1283,19 +1285,50 @@ fn write_tenant_admission(
     Ok(())
 }
 
-/// After the table, for each pod whose host pod is created: what it sees of its tenant's cluster.
-fn write_pod_worlds(out: &mut impl Write, pods: &[(String, String)]) -> std::io::Result<()> {
-    if pods.is_empty() {
-        return Ok(());
+/// After the table, for each pod whose host pod is created: the line that says what it sees of
+/// its tenant's cluster. A line ends with the pod's service links, the names of every Service of
+/// its namespace (thousands, in a large namespace), the same for nearly every pod of the
+/// namespace: that last part (after the last `; `) is kept once per distinct text, so that the
+/// section's memory grows with the pods, not with the pods times the Services.
+#[derive(Default)]
+struct PodWorlds {
+    /// Each pod's subject, its line but the last part, and the last part.
+    lines: Vec<(String, String, Rc<str>)>,
+    /// Every distinct last part, by length.
+    last_parts: HashMap<usize, Vec<Rc<str>>>,
+}
+
+impl PodWorlds {
+    fn push(&mut self, subject: String, mut line: String) {
+        let at = line.rfind("; ").map_or(0, |i| i + 2);
+        let last = &line[at..];
+        let kept = self.last_parts.entry(last.len()).or_default();
+        let last = match kept.iter().find(|k| ***k == *last) {
+            Some(k) => k.clone(),
+            None => {
+                let k = Rc::<str>::from(last);
+                kept.push(k.clone());
+                k
+            }
+        };
+        line.truncate(at);
+        line.shrink_to_fit();
+        self.lines.push((subject, line, last));
     }
-    writeln!(
-        out,
-        "\nWHAT EACH POD CREATED ON THE HOST SEES OF ITS TENANT"
-    )?;
-    for (subject, world) in pods {
-        writeln!(out, "{subject}\n    {world}")?;
+
+    fn write(&self, out: &mut impl Write) -> std::io::Result<()> {
+        if self.lines.is_empty() {
+            return Ok(());
+        }
+        writeln!(
+            out,
+            "\nWHAT EACH POD CREATED ON THE HOST SEES OF ITS TENANT"
+        )?;
+        for (subject, line, last) in &self.lines {
+            writeln!(out, "{subject}\n    {line}{last}")?;
+        }
+        Ok(())
     }
-    Ok(())
 }
 
 /// Rows of [`Table::COLUMNS`] cells, all in one string, printed in aligned columns.
