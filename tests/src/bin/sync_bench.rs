@@ -747,14 +747,12 @@ async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     // The local API servers hold the other end of every connection the syncer opens (a watch
     // per synced kind and Tenant on each side): thousands at a thousand Tenants.
-    if let Ok((soft, hard)) = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
+    if let Ok((soft, hard)) =
+        nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
         && soft < hard
     {
-        let _ = nix::sys::resource::setrlimit(
-            nix::sys::resource::Resource::RLIMIT_NOFILE,
-            hard,
-            hard,
-        );
+        let _ =
+            nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE, hard, hard);
     }
     let meter = Meter {
         host: args.host_pids.clone(),
@@ -1335,8 +1333,7 @@ async fn sync_bed(
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
     let counts = counts_if(std::slice::from_ref(&host_client), real).await?;
-    let tenant_clients: Vec<kube::Client> =
-        bed.planes.iter().map(|p| p.client.clone()).collect();
+    let tenant_clients: Vec<kube::Client> = bed.planes.iter().map(|p| p.client.clone()).collect();
     let tenant_counts = counts_if(&tenant_clients, real).await?;
 
     let syncer_start = meter.mark();
