@@ -7,8 +7,8 @@
 //!    condition; flushed to the Tenant's status at most once a second;
 //! 3. a Kubernetes Event on the tenant object in the tenant control plane (Normal for successes,
 //!    Warning for refusals; reason = the decision's reason, note = message and decision id),
-//!    published in the background, a few at a time per tenant control plane (when
-//!    [`EVENTS_QUEUED`] wait, recording waits too; nothing is dropped);
+//!    published in the background, a few at a time per tenant control plane (when 1,024 wait,
+//!    recording waits too; nothing is dropped);
 //! 4. an Event on the Tenant in the host cluster, aggregated per (type, reason) over each flush
 //!    interval and then into series, as Kubernetes does for repeated events;
 //! 5. the span: the current span (the caller runs `record` inside the span the decision was
@@ -36,9 +36,8 @@ use crate::metrics::SyncMetrics;
 use crate::tenant_status::TenantLedger;
 
 /// Events published concurrently to one tenant control plane. Each one in flight holds a
-/// connection, and a tenant client keeps the connections it opened (kube's HTTP client does not
-/// close idle ones): a few are enough, since the events of a batch go out while the next batch
-/// is decided.
+/// connection to it (HTTP/1.1), a file descriptor at both ends: a few are enough, since the
+/// events of a batch go out while the next batch is decided.
 const EVENT_PUBLISHERS: usize = 4;
 /// Events of one tenant published or waiting to be; recording a decision waits while this many
 /// are.
