@@ -25,7 +25,8 @@
 //! ([`reconcile`]), record ([`record`]), `tenant::act` (the host write), then settle, with
 //! `tenant::upsync` (status, Endpoints and Service cluster IPs up into the tenant control plane);
 //! [`settle`] closes the open host actions an earlier life left; [`controller`] runs the Tenant
-//! controller (its runtime table, a deleted Tenant's cleanup); [`run`] wires everything from a
+//! controller (its runtime table, a deleted Tenant's cleanup); [`clients`] builds the clients of
+//! the host and of the tenant control planes; [`run`] wires everything from a
 //! [`Config`]. [`trace`] opens one span per decision and [`metrics`] counts and times them.
 //! [`shard`] splits the Tenants between several replicas through Leases. [`tenant_admission`] keeps
 //! the SyncPolicy's Reject rules enforced at admission in each tenant control plane.
@@ -34,6 +35,7 @@
 #![forbid(unsafe_code)]
 
 pub mod checkpoint;
+pub mod clients;
 pub mod compiled_set;
 pub mod controller;
 pub mod discovery;
@@ -135,11 +137,14 @@ pub async fn host_client(kubeconfig: Option<&str>) -> anyhow::Result<kube::Clien
             )
             .await
             .context("loading the host kubeconfig")?;
-            Ok(kube::Client::try_from(config)?)
+            clients::client(config, clients::HOST_IDLE)
         }
-        None => Ok(kube::Client::try_default()
-            .await
-            .context("no host kubeconfig given and none found (in-cluster or KUBECONFIG)")?),
+        None => {
+            let config = kube::Config::infer()
+                .await
+                .context("no host kubeconfig given and none found (in-cluster or KUBECONFIG)")?;
+            clients::client(config, clients::HOST_IDLE)
+        }
     }
 }
 

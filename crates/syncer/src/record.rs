@@ -7,7 +7,8 @@
 //!    condition; flushed to the Tenant's status at most once a second;
 //! 3. a Kubernetes Event on the tenant object in the tenant control plane (Normal for successes,
 //!    Warning for refusals; reason = the decision's reason, note = message and decision id),
-//!    published in the background (a full queue slows recording down; nothing is dropped);
+//!    published in the background, a few at a time per tenant control plane (when 1,024 wait,
+//!    recording waits too; nothing is dropped);
 //! 4. an Event on the Tenant in the host cluster, aggregated per (type, reason) over each flush
 //!    interval and then into series, as Kubernetes does for repeated events;
 //! 5. the span: the current span (the caller runs `record` inside the span the decision was
@@ -23,7 +24,6 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use futures::StreamExt;
 use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::jiff::Timestamp;
@@ -32,14 +32,19 @@ use kube::runtime::events::{Event, EventType, Reporter};
 use tenantplane_api::tenant::DriftPolicy;
 use tenantplane_core::decision::{Decision, HostTarget, Outcome};
 use tenantplane_decision_log::{Filter, ObjectFilter, Query};
-use tokio::sync::mpsc;
+use tokio::sync::Semaphore;
 
 use crate::metrics::SyncMetrics;
 use crate::reconcile::drift::drifted_decision;
 use crate::tenant_status::{STREAK_WINDOW, Seen, TenantLedger};
 
-/// Events published concurrently to one tenant control plane.
-const EVENT_PUBLISHERS: usize = 16;
+/// Events published concurrently to one tenant control plane. Each one in flight holds a
+/// connection to it (HTTP/1.1), a file descriptor at both ends: a few are enough, since the
+/// events of a batch go out while the next batch is decided.
+const EVENT_PUBLISHERS: usize = 4;
+/// Events of one tenant published or waiting to be; recording a decision waits while this many
+/// are.
+const EVENTS_QUEUED: usize = 1024;
 
 /// The name the syncer acts and reports under.
 pub const COMPONENT: &str = "tenantplane-syncer";
@@ -138,39 +143,65 @@ pub struct DecisionRecorder {
     metrics: SyncMetrics,
     /// Where Events about tenant objects go; `None` for decisions about host-side sources
     /// (isolation), which have no tenant object to report on.
-    events: Option<mpsc::Sender<(ObjectReference, Event)>>,
+    events: Option<TenantEvents>,
+}
+
+/// The Events of one tenant control plane: a task each while queued or published, none at rest.
+#[derive(Clone)]
+struct TenantEvents {
+    client: Client,
+    /// Events queued or being published ([`EVENTS_QUEUED`] permits).
+    queued: Arc<Semaphore>,
+    /// Events being published ([`EVENT_PUBLISHERS`] permits).
+    publishing: Arc<Semaphore>,
+}
+
+impl std::fmt::Debug for TenantEvents {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TenantEvents")
+            .field("queued", &self.queued)
+            .field("publishing", &self.publishing)
+            .finish_non_exhaustive()
+    }
+}
+
+impl TenantEvents {
+    /// Publishes `event` about `reference` in the background; waits while [`EVENTS_QUEUED`]
+    /// are queued.
+    async fn publish(&self, reference: ObjectReference, event: Event) {
+        let Ok(queued) = self.queued.clone().acquire_owned().await else {
+            return;
+        };
+        let (client, publishing) = (self.client.clone(), self.publishing.clone());
+        tokio::spawn(async move {
+            let Ok(_publishing) = publishing.acquire().await else {
+                return;
+            };
+            if let Err(e) = publish_uncached(client, &event, &reference).await {
+                tracing::debug!(error = %e, "publishing a tenant event failed");
+            }
+            drop(queued);
+        });
+    }
 }
 
 impl DecisionRecorder {
-    /// A recorder publishing tenant object events through `tenant_client` (spawns the
-    /// publisher; it stops when every clone of the recorder is dropped).
+    /// A recorder publishing tenant object events through `tenant_client`.
     pub fn new(
         tenant_client: Client,
         ledger: TenantLedger,
         log: Option<Arc<dyn DecisionLog>>,
         metrics: SyncMetrics,
     ) -> Self {
-        let (tx, rx) = mpsc::channel::<(ObjectReference, Event)>(1024);
-        tokio::spawn(async move {
-            let events = futures::stream::unfold(rx, |mut rx| async move {
-                rx.recv().await.map(|item| (item, rx))
-            });
-            events
-                .for_each_concurrent(EVENT_PUBLISHERS, |(reference, event)| {
-                    let client = tenant_client.clone();
-                    async move {
-                        if let Err(e) = publish_uncached(client, &event, &reference).await {
-                            tracing::debug!(error = %e, "publishing a tenant event failed");
-                        }
-                    }
-                })
-                .await;
-        });
         DecisionRecorder {
             log,
             ledger,
             metrics,
-            events: Some(tx),
+            events: Some(TenantEvents {
+                client: tenant_client,
+                queued: Arc::new(Semaphore::new(EVENTS_QUEUED)),
+                publishing: Arc::new(Semaphore::new(EVENT_PUBLISHERS)),
+            }),
         }
     }
 
@@ -293,8 +324,8 @@ impl DecisionRecorder {
             "decision"
         );
         if let (Some(reference), Some(events)) = (regarding, &self.events) {
-            // A full channel waits: events are not dropped, they slow the syncer down instead.
-            let _ = events.send((reference, event_of(decision))).await;
+            // A full queue waits: events are not dropped, they slow the syncer down instead.
+            events.publish(reference, event_of(decision)).await;
         }
         Ok(recorded)
     }

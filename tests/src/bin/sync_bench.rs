@@ -21,10 +21,15 @@
 //!   writes into the same host API server in the same process; the synced one includes
 //!   everything the syncer does per object (start-up, lists, planner calls, host writes, tenant
 //!   Events, Tenant status).
-//! - live (`--live`): the syncer runs while the load generator creates the tenant ConfigMaps;
-//!   it reports the latency from a tenant create to its host object's arrival (p50, p99), and
-//!   objects/s over the create window, which is bounded by how fast the load generator can
-//!   create tenant objects: it is compared with that create rate, not with the raw rate.
+//! - live (`--live`): once every Tenant is Ready, the load generator creates the tenant
+//!   ConfigMaps (`--rate` paces the creates); it reports the latency from a tenant create to its
+//!   host object's arrival (p50, p99), and objects/s over the create window, which is bounded by
+//!   how fast the load generator can create tenant objects: it is compared with that create
+//!   rate, not with the raw rate.
+//! - `--tenants-per-plane N`: N Tenants share each local tenant control plane (fewer API servers
+//!   and listening sockets in this process at a thousand Tenants). Each of them syncs every object
+//!   in it, so the `--objects` host objects come from `--objects / N` tenant objects, and a tenant
+//!   create is a change in N Tenants (each host copy's latency counts).
 //! - CPU per object: the CPU time of the syncer and of this process over a synced run (and of
 //!   this process over the raw run), divided by N: what the rates cost, steadier than the rates
 //!   on a shared machine.
@@ -119,9 +124,16 @@ struct Args {
     /// Objects to sync, spread evenly over the tenants.
     #[arg(long, default_value_t = 2000)]
     objects: usize,
-    /// Tenants (each with its own control plane).
+    /// Tenants (each with its own control plane, unless --tenants-per-plane says otherwise).
     #[arg(long, default_value_t = 4)]
     tenants: usize,
+    /// Tenants served from one local tenant control plane: each of them syncs every object in
+    /// it, so `--objects` host objects come from `--objects / N` tenant objects (local mode).
+    #[arg(long, default_value_t = 1)]
+    tenants_per_plane: usize,
+    /// Tenant creates per second in `--live` mode (default: as fast as `--clients` allow).
+    #[arg(long)]
+    rate: Option<f64>,
     /// Concurrent creates of the load generator (raw and synced runs alike).
     #[arg(long, default_value_t = 16)]
     clients: usize,
@@ -486,8 +498,10 @@ struct Bed {
     host: Cluster,
     /// The host kubeconfig file the syncer reads (real clusters; locally one is written).
     host_kubeconfig: Option<PathBuf>,
-    /// Per Tenant: its name and its control plane.
-    tenants: Vec<(String, Cluster)>,
+    /// The tenant control planes.
+    planes: Vec<Cluster>,
+    /// Per Tenant: its name and its control plane (an index into `planes`).
+    tenants: Vec<(String, usize)>,
     /// The namespace of the bench objects in every tenant control plane.
     namespace: String,
     /// On real clusters: the id naming the Tenants and namespaces and labelling the objects.
@@ -495,17 +509,22 @@ struct Bed {
 }
 
 impl Bed {
-    /// A fresh local host and `tenants` fresh local tenant control planes.
-    async fn local(tenants: usize) -> anyhow::Result<Bed> {
+    /// A fresh local host and fresh local tenant control planes, one for each `per_plane` of
+    /// the `tenants`.
+    async fn local(tenants: usize, per_plane: usize) -> anyhow::Result<Bed> {
         let host = local_cluster("host").await?;
+        let per_plane = per_plane.max(1);
         let mut planes = Vec::new();
-        for t in 0..tenants {
-            planes.push((format!("bench{t}"), local_cluster("tenant").await?));
+        for _ in 0..tenants.div_ceil(per_plane) {
+            planes.push(local_cluster("tenant").await?);
         }
         Ok(Bed {
             host,
             host_kubeconfig: None,
-            tenants: planes,
+            planes,
+            tenants: (0..tenants)
+                .map(|t| (format!("bench{t}"), t / per_plane))
+                .collect(),
             namespace: "bench".into(),
             run: None,
         })
@@ -518,13 +537,16 @@ impl Bed {
         run: &str,
     ) -> anyhow::Result<Bed> {
         let mut planes = Vec::new();
-        for (t, path) in args.tenant_kubeconfig.iter().enumerate() {
-            planes.push((format!("sync-bench-{run}-{t}"), real_cluster(path).await?));
+        for path in &args.tenant_kubeconfig {
+            planes.push(real_cluster(path).await?);
         }
         Ok(Bed {
             host: real_cluster(host_kubeconfig).await?,
             host_kubeconfig: Some(host_kubeconfig.to_path_buf()),
-            tenants: planes,
+            tenants: (0..planes.len())
+                .map(|t| (format!("sync-bench-{run}-{t}"), t))
+                .collect(),
+            planes,
             namespace: format!("sync-bench-{run}"),
             run: Some(run.to_string()),
         })
@@ -535,8 +557,11 @@ impl Bed {
     async fn register(&self) -> anyhow::Result<()> {
         install_crds(&self.host.client).await?;
         ensure_namespace(&self.host.client, SYSTEM_NAMESPACE).await?;
-        for (name, plane) in &self.tenants {
+        for plane in &self.planes {
             ensure_namespace(&plane.client, &self.namespace).await?;
+        }
+        for (name, plane) in &self.tenants {
+            let plane = &self.planes[*plane];
             create(
                 &self.host.client,
                 json!({"apiVersion": "v1", "kind": "Secret",
@@ -582,8 +607,10 @@ impl Bed {
             tenantplane_e2e::delete(host, "v1", "Secret", Some(SYSTEM_NAMESPACE), name).await?;
         }
         let mut gone = Vec::new();
-        for (name, plane) in &self.tenants {
+        for (name, _) in &self.tenants {
             gone.push(delete_namespace(host, format!("tenant-{name}")));
+        }
+        for plane in &self.planes {
             gone.push(delete_namespace(&plane.client, self.namespace.clone()));
         }
         futures::future::try_join_all(gone).await?;
@@ -718,6 +745,15 @@ async fn start_planner() -> anyhow::Result<std::net::SocketAddr> {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    // The local API servers hold the other end of every connection the syncer opens (a watch
+    // per synced kind and Tenant on each side): thousands at a thousand Tenants.
+    if let Ok((soft, hard)) =
+        nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
+        && soft < hard
+    {
+        let _ =
+            nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE, hard, hard);
+    }
     let meter = Meter {
         host: args.host_pids.clone(),
         tenant: args.tenant_pids.clone(),
@@ -911,8 +947,8 @@ async fn bench(
     Ok(())
 }
 
-/// When each ConfigMap matching `selector` first showed in a watch of `api`, by name; returns
-/// once the watch has listed.
+/// When each ConfigMap matching `selector` first showed in a watch of `api`, by
+/// `namespace/name`; returns once the watch has listed.
 async fn watch_arrivals(
     api: Api<ConfigMap>,
     selector: &str,
@@ -934,9 +970,14 @@ async fn watch_arrivals(
                 }
                 _ => continue,
             };
+            let key = format!(
+                "{}/{}",
+                o.metadata.namespace.unwrap_or_default(),
+                o.metadata.name.unwrap_or_default()
+            );
             seen.lock()
                 .expect("lock")
-                .entry(o.metadata.name.unwrap_or_default())
+                .entry(key)
                 .or_insert_with(Instant::now);
         }
     });
@@ -966,6 +1007,18 @@ async fn all_arrived(
     }
 }
 
+/// Whether a Tenant (as JSON) has the condition Ready=True.
+fn is_ready(tenant: &Value) -> bool {
+    tenant
+        .pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .is_some_and(|conditions| {
+            conditions
+                .iter()
+                .any(|c| c["type"] == "Ready" && c["status"] == "True")
+        })
+}
+
 /// Creates the ConfigMaps `(client, namespace, name)` labelled `labels`, `clients` at a time;
 /// when each create was sent, by name.
 async fn create_configmaps(
@@ -973,8 +1026,23 @@ async fn create_configmaps(
     labels: &Value,
     clients: usize,
 ) -> anyhow::Result<HashMap<String, Instant>> {
-    let sent = futures::stream::iter(objects)
-        .map(|(client, namespace, name)| async move {
+    create_configmaps_at(objects, labels, clients, None).await
+}
+
+/// [`create_configmaps`], the `i`th create sent no sooner than `i / rate` seconds after the
+/// first when a `rate` is given.
+async fn create_configmaps_at(
+    objects: impl Iterator<Item = (kube::Client, String, String)>,
+    labels: &Value,
+    clients: usize,
+    rate: Option<f64>,
+) -> anyhow::Result<HashMap<String, Instant>> {
+    let begin = tokio::time::Instant::now();
+    let sent = futures::stream::iter(objects.enumerate())
+        .map(|(i, (client, namespace, name))| async move {
+            if let Some(rate) = rate {
+                tokio::time::sleep_until(begin + Duration::from_secs_f64(i as f64 / rate)).await;
+            }
             let at = Instant::now();
             Api::<ConfigMap>::namespaced(client, &namespace)
                 .create(&PostParams::default(), &cm(&namespace, &name, labels))
@@ -1202,7 +1270,7 @@ async fn synced_run(
 ) -> anyhow::Result<Figures> {
     let bed = match (&args.host_kubeconfig, run) {
         (Some(path), Some(run)) => Bed::real(args, path, &run).await?,
-        _ => Bed::local(args.tenants).await?,
+        _ => Bed::local(args.tenants, args.tenants_per_plane).await?,
     };
     let outcome = sync_bed(args, &bed, meter, planner_addr, otlp).await;
     bed.remove(args.objects).await?;
@@ -1239,10 +1307,12 @@ async fn sync_bed(
             .join("tenantplane-syncer"),
     };
     let labels = bench_labels(bed.run.as_deref());
+    // Each tenant object arrives once for every Tenant of its control plane.
+    let per_plane = bed.tenants.len().div_ceil(bed.planes.len());
     let tenant_objects = || {
-        (0..args.objects).map(|i| {
+        (0..args.objects / per_plane).map(|i| {
             (
-                bed.tenants[i % bed.tenants.len()].1.client.clone(),
+                bed.planes[i % bed.planes.len()].client.clone(),
                 bed.namespace.clone(),
                 format!("o{i}"),
             )
@@ -1263,8 +1333,7 @@ async fn sync_bed(
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
     let counts = counts_if(std::slice::from_ref(&host_client), real).await?;
-    let tenant_clients: Vec<kube::Client> =
-        bed.tenants.iter().map(|(_, p)| p.client.clone()).collect();
+    let tenant_clients: Vec<kube::Client> = bed.planes.iter().map(|p| p.client.clone()).collect();
     let tenant_counts = counts_if(&tenant_clients, real).await?;
 
     let syncer_start = meter.mark();
@@ -1304,20 +1373,31 @@ async fn sync_bed(
     }
 
     let (start, created) = if args.live {
-        // Wait until every tenant's host namespace exists (the tenants are served).
-        let ns_api: Api<Namespace> = Api::all(host_client.clone());
-        for (name, _) in &bed.tenants {
-            let deadline = Instant::now() + Duration::from_secs(60);
-            while ns_api.get_opt(&format!("tenant-{name}")).await?.is_none() {
-                anyhow::ensure!(Instant::now() < deadline, "tenant {name} was never served");
-                tokio::time::sleep(Duration::from_millis(50)).await;
+        // Wait until every Tenant is Ready (its control plane reached and discovered, its
+        // runtime started), and a little longer for the last runtimes' watches to list.
+        let deadline = Instant::now() + Duration::from_secs(300);
+        loop {
+            let tenants = tenantplane_e2e::list(&host_client, TENANT_API, "Tenant", None).await?;
+            let ready = tenants.iter().filter(|t| is_ready(t)).count();
+            if ready >= bed.tenants.len() {
+                break;
             }
+            anyhow::ensure!(
+                Instant::now() < deadline,
+                "only {ready} of {} Tenants Ready 300 s after the syncer's start",
+                bed.tenants.len()
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
         }
-        tokio::time::sleep(Duration::from_millis(500)).await;
+        out!(
+            "every Tenant Ready {:.2} s after the syncer's start",
+            syncer_started.elapsed().as_secs_f64()
+        );
+        tokio::time::sleep(Duration::from_secs(2)).await;
         let start = Instant::now();
         (
             start,
-            create_configmaps(tenant_objects(), &labels, args.clients).await?,
+            create_configmaps_at(tenant_objects(), &labels, args.clients, args.rate).await?,
         )
     } else {
         (syncer_started, HashMap::new())
@@ -1328,12 +1408,14 @@ async fn sync_bed(
     let last = arrivals.values().max().copied().unwrap_or(start);
     let first = arrivals.values().min().copied().unwrap_or(start);
     let sync_secs = (last - start).as_secs_f64();
-    let mut latencies: Vec<Duration> = created
+    // Every host copy of a tenant object: `tenant-<tenant>/<name>-x-<namespace>`.
+    let suffix = format!("-x-{}", bed.namespace);
+    let mut latencies: Vec<Duration> = arrivals
         .iter()
-        .filter_map(|(name, at)| {
-            arrivals
-                .get(&format!("{name}-x-{}", bed.namespace))
-                .map(|a| a.saturating_duration_since(*at))
+        .filter_map(|(key, arrived)| {
+            let name = key.split_once('/')?.1.strip_suffix(&suffix)?;
+            let created = created.get(name)?;
+            Some(arrived.saturating_duration_since(*created))
         })
         .collect();
     latencies.sort();

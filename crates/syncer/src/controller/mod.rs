@@ -608,7 +608,7 @@ pub async fn connect(kubeconfig: &str, context: Option<&str>) -> anyhow::Result<
     // retries on its own terms (watch backoff, Deferred and Failed decisions retried with backoff,
     // a quicker reconcile while a group is unavailable).
     config.default_retry = false;
-    let client = Client::try_from(config).context("building a client")?;
+    let client = crate::clients::client(config, crate::clients::TENANT_IDLE)?;
     client
         .apiserver_version()
         .await

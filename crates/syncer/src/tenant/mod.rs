@@ -181,7 +181,10 @@ impl Worker {
         loop {
             let batch = self.queue.pop_batch(self.shared.tuning.batch).await;
             let permit = self.shared.permits.acquire().await;
-            self.process(&batch).await;
+            // Boxed: a batch's future holds the state of every step (the planner call, the
+            // writes), and a worker spends most of its life waiting for keys; unboxed, every
+            // worker of every Tenant would hold that much memory at rest.
+            Box::pin(self.process(&batch)).await;
             drop(permit);
             for key in &batch {
                 self.queue.done(key);

@@ -160,7 +160,8 @@ pub async fn start(
                 tenant,
                 w.shared.log_start,
             );
-            if let Err(e) = settled.await {
+            // Boxed, so that the task does not hold its size through the resyncs that follow.
+            if let Err(e) = Box::pin(settled).await {
                 tracing::warn!(tenant = %tenant, error = %e, "settling open host actions failed");
             }
         }
