@@ -107,7 +107,10 @@ use kube::api::PostParams;
 use kube::runtime::watcher;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceResponse;
 use serde_json::{Value, json};
-use tenantplane_e2e::{Cluster, SYSTEM_NAMESPACE, create, ensure_namespace, install_crds};
+use tenantplane_e2e::{
+    Cluster, SYSTEM_NAMESPACE, create, ensure_namespace, install_crds, process_cpu_secs,
+    start_planner,
+};
 use tenantplane_local_apiserver::LocalApiServer;
 
 /// `println!` that never panics: a closed stdout (the bench piped into `head`) must not stop it
@@ -329,14 +332,14 @@ struct Phase {
 
 impl Meter {
     fn mark(&self) -> Mark {
-        let sum = |pids: &[u32]| pids.iter().filter_map(|&p| cpu_secs(p)).sum();
+        let sum = |pids: &[u32]| pids.iter().filter_map(|&p| process_cpu_secs(p)).sum();
         Mark {
             at: Instant::now(),
             usage: Usage {
                 host: sum(&self.host),
                 tenant: sum(&self.tenant),
-                syncer: self.syncer.and_then(cpu_secs).unwrap_or(0.0),
-                bench: cpu_secs(std::process::id()).unwrap_or(0.0),
+                syncer: self.syncer.and_then(process_cpu_secs).unwrap_or(0.0),
+                bench: process_cpu_secs(std::process::id()).unwrap_or(0.0),
                 machine: machine_busy_secs().unwrap_or(0.0),
             },
         }
@@ -408,17 +411,6 @@ fn rss_kib(pid: u32) -> Option<u64> {
         .nth(1)?
         .parse()
         .ok()
-}
-
-/// CPU time (user + system, all threads) the process `pid` has used so far, in seconds; from
-/// `/proc/PID/stat`, whose times are in USER_HZ ticks (100 per second on Linux).
-fn cpu_secs(pid: u32) -> Option<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The fields after the command name (which may hold spaces) start with the state, field 3;
-    // utime and stime are fields 14 and 15.
-    let mut fields = stat.rsplit_once(") ")?.1.split_whitespace().skip(11);
-    let ticks: u64 = fields.next()?.parse::<u64>().ok()? + fields.next()?.parse::<u64>().ok()?;
-    Some(ticks as f64 / 100.0)
 }
 
 /// Busy time of all the machine's cores so far, in seconds: the first line of `/proc/stat`
@@ -730,18 +722,6 @@ async fn counted_since(
     })
 }
 
-/// The planner service on loopback, in this process.
-async fn start_planner() -> anyhow::Result<std::net::SocketAddr> {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let planner_addr = listener.local_addr()?;
-    tokio::spawn(
-        tonic::transport::Server::builder()
-            .add_service(tenantplane_grpc::PlannerService::new().into_server())
-            .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
-    );
-    Ok(planner_addr)
-}
-
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
@@ -765,7 +745,7 @@ async fn main() -> anyhow::Result<()> {
         return bench(&args, &meter, &host, "raw", None).await;
     };
     for pid in args.host_pids.iter().chain(&args.tenant_pids) {
-        anyhow::ensure!(cpu_secs(*pid).is_some(), "no process {pid}");
+        anyhow::ensure!(process_cpu_secs(*pid).is_some(), "no process {pid}");
     }
     let host = real_cluster(path).await?;
     install_crds(&host.client).await?;
