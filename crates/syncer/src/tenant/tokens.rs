@@ -210,6 +210,14 @@ impl Worker {
         async {
             let minted = match self.mint(pod, &service_account, &requests).await {
                 Ok(minted) => minted,
+                Err(e) if pod_gone(&e) => {
+                    // The tenant pod went (or came back as another) since it was read: its key,
+                    // looked at again, decides that, and no token is due to this one.
+                    tracing::debug!(error = %e, "a token was asked for a tenant pod that is gone");
+                    self.queue
+                        .push_after(key.clone(), self.shared.tuning.backoff_base);
+                    return;
+                }
                 Err(e) => {
                     let d = reconcile::tokens::refused(
                         tenant,
@@ -622,6 +630,18 @@ impl Worker {
 /// The ledger's key of the token Secret of the pod `key`.
 fn token_key(caches: &super::caches::Caches, key: &Key) -> String {
     format!("{}#token", caches.key_string(key))
+}
+
+/// Whether the tenant API server refused a TokenRequest because the pod it binds to is gone:
+/// not found (404 about pods), or another pod now at its name (409, its uid differs).
+fn pod_gone(e: &kube::Error) -> bool {
+    match e {
+        kube::Error::Api(status) => {
+            status.code == 409
+                || (status.code == 404 && status.details.as_ref().is_some_and(|d| d.kind == "pods"))
+        }
+        _ => false,
+    }
 }
 
 /// `namespace/name` of a tenant pod's ServiceAccount.
