@@ -52,6 +52,17 @@ impl std::fmt::Debug for Cluster {
 }
 
 impl Cluster {
+    /// The real cluster of a kubeconfig file.
+    pub async fn of_kubeconfig_file(path: &std::path::Path) -> anyhow::Result<Cluster> {
+        let kubeconfig = std::fs::read_to_string(path)
+            .map_err(|e| anyhow::anyhow!("reading {}: {e}", path.display()))?;
+        Ok(Cluster {
+            client: tenantplane_syncer::host_client(Some(&kubeconfig)).await?,
+            kubeconfig,
+            server: None,
+        })
+    }
+
     /// The cluster of `env_var`'s kubeconfig, or a fresh local server.
     pub async fn start(env_var: &str) -> anyhow::Result<Cluster> {
         if let Ok(path) = std::env::var(env_var) {

@@ -90,6 +90,25 @@ async fn drifted_and_corrected(
     .await
 }
 
+/// The fields a Drifted decision names: path, how it differs, the manager that did it.
+fn fields_of(drifted: &Decision) -> Vec<(&str, FieldChange, Option<&str>)> {
+    let drift = drifted
+        .drift
+        .as_ref()
+        .expect("a Drifted decision carries its drift");
+    drift
+        .fields
+        .iter()
+        .map(|f| {
+            (
+                f.path.as_str(),
+                f.change,
+                f.by.as_ref().map(|b| b.manager.as_str()),
+            )
+        })
+        .collect()
+}
+
 /// Among `decisions`, the Drifted one with `reason` and the decision that corrects it.
 fn drift_and_correction(decisions: &[Decision], reason: &str) -> Option<(Decision, Decision)> {
     let drifted = decisions
@@ -154,17 +173,7 @@ async fn host_edits_and_deletes_are_drift_recorded_with_who_did_it_and_corrected
         drifted_and_corrected(url, &t, "cfg", "HostObjectEdited", before).await;
     let drift = drifted.drift.as_ref().unwrap();
     assert_eq!(drift.change, DriftChange::Edited);
-    let fields: Vec<(&str, FieldChange, Option<&str>)> = drift
-        .fields
-        .iter()
-        .map(|f| {
-            (
-                f.path.as_str(),
-                f.change,
-                f.by.as_ref().map(|b| b.manager.as_str()),
-            )
-        })
-        .collect();
+    let fields = fields_of(&drifted);
     assert!(
         fields.contains(&("data.k", FieldChange::Changed, Some("kubectl-patch"))),
         "{fields:?}"
@@ -650,20 +659,7 @@ async fn a_pods_token_secret_edited_or_deleted_on_the_host_is_drift_and_gets_new
     let (drifted, correction) =
         drifted_and_corrected(url, &t, "app", "HostObjectEdited", before).await;
     assert_eq!(drifted.target.as_ref().unwrap().name, name);
-    let fields: Vec<(&str, FieldChange, Option<&str>)> = drifted
-        .drift
-        .as_ref()
-        .unwrap()
-        .fields
-        .iter()
-        .map(|f| {
-            (
-                f.path.as_str(),
-                f.change,
-                f.by.as_ref().map(|b| b.manager.as_str()),
-            )
-        })
-        .collect();
+    let fields = fields_of(&drifted);
     assert_eq!(
         fields,
         [("data.token", FieldChange::Changed, Some("kubectl-edit"))]

@@ -468,17 +468,6 @@ async fn local_cluster(context: &str) -> anyhow::Result<Cluster> {
     })
 }
 
-/// The real cluster of a kubeconfig file.
-async fn real_cluster(path: &std::path::Path) -> anyhow::Result<Cluster> {
-    let kubeconfig =
-        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    Ok(Cluster {
-        client: tenantplane_syncer::host_client(Some(&kubeconfig)).await?,
-        kubeconfig,
-        server: None,
-    })
-}
-
 /// A short id naming what one run of the bench makes in shared clusters.
 fn run_id() -> String {
     let id = uuid::Uuid::now_v7().simple().to_string();
@@ -530,10 +519,10 @@ impl Bed {
     ) -> anyhow::Result<Bed> {
         let mut planes = Vec::new();
         for path in &args.tenant_kubeconfig {
-            planes.push(real_cluster(path).await?);
+            planes.push(Cluster::of_kubeconfig_file(path).await?);
         }
         Ok(Bed {
-            host: real_cluster(host_kubeconfig).await?,
+            host: Cluster::of_kubeconfig_file(host_kubeconfig).await?,
             host_kubeconfig: Some(host_kubeconfig.to_path_buf()),
             tenants: (0..planes.len())
                 .map(|t| (format!("sync-bench-{run}-{t}"), t))
@@ -747,7 +736,7 @@ async fn main() -> anyhow::Result<()> {
     for pid in args.host_pids.iter().chain(&args.tenant_pids) {
         anyhow::ensure!(process_cpu_secs(*pid).is_some(), "no process {pid}");
     }
-    let host = real_cluster(path).await?;
+    let host = Cluster::of_kubeconfig_file(path).await?;
     install_crds(&host.client).await?;
     let others = tenantplane_e2e::list(&host.client, TENANT_API, "Tenant", None).await?;
     if !others.is_empty() {

@@ -130,21 +130,11 @@ async fn host_metrics(client: &kube::Client) -> anyhow::Result<(f64, BTreeMap<St
     Ok((watches, requests))
 }
 
-async fn cluster(path: &std::path::Path) -> anyhow::Result<Cluster> {
-    let kubeconfig =
-        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    Ok(Cluster {
-        client: tenantplane_syncer::host_client(Some(&kubeconfig)).await?,
-        kubeconfig,
-        server: None,
-    })
-}
-
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let host = cluster(&args.host_kubeconfig).await?;
-    let tenant = cluster(&args.tenant_kubeconfig).await?;
+    let host = Cluster::of_kubeconfig_file(&args.host_kubeconfig).await?;
+    let tenant = Cluster::of_kubeconfig_file(&args.tenant_kubeconfig).await?;
     let planner = start_planner().await?;
     install_crds(&host.client).await?;
     ensure_namespace(&host.client, SYSTEM_NAMESPACE).await?;
