@@ -348,6 +348,17 @@ pub fn process_cpu_secs(pid: u32) -> Option<f64> {
     Some(ticks as f64 / 100.0)
 }
 
+/// The syncer binary a bench starts: `given`, else the one built next to the bench's own.
+pub fn syncer_binary(given: Option<&std::path::Path>) -> anyhow::Result<std::path::PathBuf> {
+    match given {
+        Some(path) => Ok(path.to_path_buf()),
+        None => Ok(std::env::current_exe()?
+            .parent()
+            .ok_or_else(|| anyhow::anyhow!("the bench's executable has no parent directory"))?
+            .join("tenantplane-syncer")),
+    }
+}
+
 /// The planner service on loopback, in this process (for the benches' syncer processes).
 pub async fn start_planner() -> anyhow::Result<std::net::SocketAddr> {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;

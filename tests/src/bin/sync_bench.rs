@@ -1268,13 +1268,7 @@ async fn sync_bed(
             path
         }
     };
-    let syncer_bin = match &args.syncer {
-        Some(p) => p.clone(),
-        None => std::env::current_exe()?
-            .parent()
-            .context("no parent directory")?
-            .join("tenantplane-syncer"),
-    };
+    let syncer_bin = tenantplane_e2e::syncer_binary(args.syncer.as_deref())?;
     let labels = bench_labels(bed.run.as_deref());
     // Each tenant object arrives once for every Tenant of its control plane.
     let per_plane = bed.tenants.len().div_ceil(bed.planes.len());

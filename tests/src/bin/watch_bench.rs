@@ -237,13 +237,7 @@ async fn measure(
     .applied_objects();
     tokio::time::sleep(Duration::from_secs(2)).await;
     let (watches_before, _) = host_metrics(&host.client).await?;
-    let syncer_bin = match &args.syncer {
-        Some(p) => p.clone(),
-        None => std::env::current_exe()?
-            .parent()
-            .context("no parent directory")?
-            .join("tenantplane-syncer"),
-    };
+    let syncer_bin = tenantplane_e2e::syncer_binary(args.syncer.as_deref())?;
     // The syncer's log, kept for a look when a count goes wrong.
     let log = std::env::temp_dir().join(format!("{run}-syncer.log"));
     let mut syncer = tokio::process::Command::new(&syncer_bin)
